@@ -1,0 +1,3 @@
+from gptoss_patch.cli import main
+
+main()

@@ -1,0 +1,49 @@
+"""`gptoss-patch apply`: all-or-nothing, atomic, idempotent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gptoss_patch import engine, render
+from gptoss_patch.options import (
+    JsonOption, OnlyOption, PythonOption, SkipOption, VenvOption, VerboseOption, VllmOption,
+    handles_errors, installation, selection,
+)
+
+DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Compute and show the diff; write nothing.")]
+WithDiffOption = Annotated[
+    list[Path] | None,
+    typer.Option("--with-diff", metavar="FILE", help="Apply this unified diff (paths a/vllm/...) first (repeatable)."),
+]
+AllowUnknownOption = Annotated[
+    bool, typer.Option("--allow-unknown-version", help="Write to a vLLM newer than every release checked.")
+]
+
+
+@handles_errors
+def apply(
+    python: PythonOption = None, venv: VenvOption = None, vllm: VllmOption = None,
+    only: OnlyOption = None, skip: SkipOption = None, dry_run: DryRunOption = False,
+    with_diff: WithDiffOption = None, allow_unknown_version: AllowUnknownOption = False,
+    json: JsonOption = False, verbose: VerboseOption = False,
+) -> None:
+    """Apply every patch the installed vLLM needs. Nothing is written unless every patch succeeds."""
+    chosen = selection(only, skip)
+    report = engine.apply(
+        installation(python, venv, vllm), chosen, dry_run=dry_run, diffs=with_diff or (),
+        allow_unknown_version=allow_unknown_version,
+    )
+    render.detected(report)
+    if dry_run and not json:
+        typer.echo("".join(dict.fromkeys(r.diff for r in report.results if r.diff)), nl=False)
+    render.narrate(report.results, verb="Patched", dry_run=dry_run)
+    if json:
+        render.report_json(report, dry_run=dry_run)
+    render.info(("Would apply: " if dry_run else "Done: ") + render.tally(report.results))
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(apply)

@@ -1,0 +1,33 @@
+"""`gptoss-patch list`: every patch with its id, versions, target, upstream references and summary."""
+
+from __future__ import annotations
+
+import typer
+
+from gptoss_patch import registry, render
+from gptoss_patch.options import JsonOption
+
+
+def list_patches(json: JsonOption = False) -> None:
+    """List every patch: id, version range, target file, upstream references, summary."""
+    specs = registry.all_specs()
+    if json:
+        render.json_out([_as_json(s) for s in specs])
+        return
+    rows = [
+        (s.id, s.versions + (f" (fixed upstream in {s.fixed_in})" if s.fixed_in else ""),
+         "\n".join(f"vllm/{b.target}" for b in s.bands), "\n".join(s.upstream), f"{s.summary}\n{s.note}".strip())
+        for s in specs
+    ]
+    render.table(None, ("id", "vllm versions", "target", "upstream", "summary"), rows)
+
+
+def _as_json(spec) -> dict:
+    return {
+        "id": spec.id, "summary": spec.summary, "note": spec.note, "upstream": list(spec.upstream),
+        "fixed_in": spec.fixed_in, "bands": [{"versions": b.versions, "target": f"vllm/{b.target}"} for b in spec.bands],
+    }
+
+
+def register(app: typer.Typer) -> None:
+    app.command("list")(list_patches)

@@ -1,0 +1,34 @@
+"""`gptoss-patch revert`: restore the original bytes, offline, from the ledger."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from gptoss_patch import engine, render
+from gptoss_patch.options import (
+    JsonOption, OnlyOption, PythonOption, SkipOption, VenvOption, VerboseOption, VllmOption,
+    handles_errors, installation, selection,
+)
+
+ForceOption = Annotated[bool, typer.Option("--force", help="Restore originals even over files changed since apply.")]
+
+
+@handles_errors
+def revert(
+    python: PythonOption = None, venv: VenvOption = None, vllm: VllmOption = None,
+    only: OnlyOption = None, skip: SkipOption = None, force: ForceOption = False,
+    json: JsonOption = False, verbose: VerboseOption = False,
+) -> None:
+    """Put back the files gptoss-patch changed; refuses if they changed since, unless --force."""
+    report = engine.revert(installation(python, venv, vllm), selection(only, skip), force=force)
+    render.detected(report)
+    render.narrate(report.results, verb="Reverted")
+    if json:
+        render.report_json(report)
+    render.info("Done: " + render.tally(report.results))
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(revert)

@@ -1,0 +1,33 @@
+"""`gptoss-patch status`: one line per patch; exit 1 when anything is pending, drifted or modified."""
+
+from __future__ import annotations
+
+import typer
+
+from gptoss_patch import engine, render
+from gptoss_patch.errors import ExitCode
+from gptoss_patch.options import (
+    JsonOption, OnlyOption, PythonOption, SkipOption, VenvOption, VerboseOption, VllmOption,
+    handles_errors, installation, selection,
+)
+
+
+@handles_errors
+def status(
+    python: PythonOption = None, venv: VenvOption = None, vllm: VllmOption = None,
+    only: OnlyOption = None, skip: SkipOption = None, json: JsonOption = False, verbose: VerboseOption = False,
+) -> None:
+    """Show each patch's state: applied, pending, not-needed, fixed-upstream, out-of-range, drifted, modified."""
+    chosen = selection(only, skip)
+    report = engine.status(installation(python, venv, vllm), chosen)
+    render.detected(report)
+    clean = not any(r.state.needs_action for r in report.results)
+    if json:
+        render.report_json(report, clean=clean)
+    else:
+        render.status_table(report)
+    raise typer.Exit(int(ExitCode.OK if clean else ExitCode.ACTION_NEEDED))
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(status)

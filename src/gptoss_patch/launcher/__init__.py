@@ -1,0 +1,5 @@
+"""`gptoss-patch serve` / `doctor` / `smoke`: resolve a vLLM launch, check it before it starts, watch it run.
+
+Nothing here imports vllm: the installed vLLM is read statically (static.py) or run as a child process.
+Functions return results; commands/serve.py, doctor.py and smoke.py print them.
+"""

@@ -1,0 +1,142 @@
+"""Data types of the launcher: check verdicts, resolved settings, the launch plan, run and smoke outcomes."""
+
+from __future__ import annotations
+
+import enum
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+
+class Status(str, enum.Enum):
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One named pre-flight (or smoke) verdict with a one-line fix."""
+
+    name: str
+    status: Status
+    message: str
+    fix: str = ""
+    issue: str = ""  # known-issue id (G01...) from docs/gptoss-known-issues.md, when one applies
+
+    def to_json(self) -> dict[str, str]:
+        out = {"name": self.name, "status": self.status.value, "message": self.message, "fix": self.fix}
+        if self.issue:
+            out["issue"] = self.issue
+        return out
+
+
+def worst(checks: tuple[Check, ...] | list[Check]) -> Status:
+    statuses = {c.status for c in checks}
+    return next((s for s in (Status.FAIL, Status.WARN) if s in statuses), Status.PASS)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One flag or environment variable the launcher adds, with the reason it is there."""
+
+    kind: Literal["flag", "env"]
+    name: str  # "--kv-cache-dtype" or "VLLM_MXFP4_USE_MARLIN"
+    values: tuple[str, ...]  # flag arguments (none for a switch); exactly one for env
+    why: str
+
+    @classmethod
+    def flag(cls, name: str, *values: str, why: str) -> Setting:
+        return cls("flag", name, tuple(values), why)
+
+    @classmethod
+    def env(cls, name: str, value: str, *, why: str) -> Setting:
+        return cls("env", name, (value,), why)
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        return (self.name, *self.values) if self.kind == "flag" else ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "name": self.name, "values": list(self.values), "why": self.why}
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything `vllm serve` will be started with, and why; built by plan.resolve()."""
+
+    installation: Any  # target.Installation
+    executable: Path
+    model: str
+    profile: str
+    profile_source: str
+    settings: tuple[Setting, ...]
+    notes: tuple[str, ...]  # profile items left out, each with its reason
+    extra_args: tuple[str, ...]  # the user's own `vllm serve` arguments (after --)
+    base_env: Mapping[str, str] = field(repr=False)
+    expected_moe: str | None = None  # MoE backend family the profile pinned ("MARLIN"), checked in the log
+    patch_report: Any = None  # spec.Report from engine.status
+    options: Any = None  # plan.LaunchOptions the plan was resolved from
+
+    @property
+    def argv(self) -> list[str]:
+        flags = [arg for s in self.settings for arg in s.argv]
+        return [str(self.executable), "serve", self.model, *flags, *self.extra_args]
+
+    @property
+    def env_additions(self) -> dict[str, str]:
+        return {s.name: s.values[0] for s in self.settings if s.kind == "env"}
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**self.base_env, **self.env_additions}
+
+    @property
+    def command_line(self) -> str:
+        return shlex.join(self.argv)
+
+
+@dataclass(frozen=True)
+class KnownIssue:
+    id: str  # "G01"
+    title: str
+    fix: str
+
+
+@dataclass(frozen=True)
+class SmokeReport:
+    url: str
+    model: str
+    checks: tuple[Check, ...]
+    content: str | None = None
+    tokens_per_second: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return worst(self.checks) is not Status.FAIL
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "url": self.url,
+            "model": self.model,
+            "ok": self.ok,
+            "tokens_per_second": self.tokens_per_second,
+            "content": self.content,
+            "checks": [c.to_json() for c in self.checks],
+        }
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """How a supervised `vllm serve` ended."""
+
+    exit_code: int
+    log_file: Path
+    ready_after: float | None = None  # seconds from start to the first healthy /health
+    moe_backend: str | None = None  # as recognised in the startup log
+    stopped_for: str | None = None  # why the launcher stopped vLLM itself, if it did
+    last_lines: tuple[str, ...] = ()
+    known_issue: KnownIssue | None = None
+    smoke: SmokeReport | None = None

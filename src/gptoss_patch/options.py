@@ -1,0 +1,86 @@
+"""Reusable option aliases and the glue every command shares: target resolution and error rendering."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from gptoss_patch.errors import ExitCode, GptossPatchError
+
+PythonOption = Annotated[
+    str | None, typer.Option("--python", metavar="PATH", help="Target this interpreter's environment.", show_default=False)
+]
+VenvOption = Annotated[
+    str | None, typer.Option("--venv", metavar="DIR", help="Target this virtualenv.", show_default=False)
+]
+VllmOption = Annotated[
+    str | None,
+    typer.Option("--vllm", metavar="VERSION", help="Fail unless the installed vLLM is exactly this version.", show_default=False),
+]
+OnlyOption = Annotated[
+    list[str] | None, typer.Option("--only", metavar="ID", help="Act on this patch only (repeatable).", show_default=False)
+]
+SkipOption = Annotated[
+    list[str] | None, typer.Option("--skip", metavar="ID", help="Leave this patch out (repeatable).", show_default=False)
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help="More detail; tracebacks for unexpected errors.")]
+
+F = TypeVar("F", bound=Callable[..., Any])
+# click's own exceptions (usage errors, exits) pass through untouched, whichever click typer carries.
+_CLICK_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+
+
+def handles_errors(func: F) -> F:
+    """Turn GptossPatchError into one red line (plus hint) on stderr and its exit code."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except (typer.Exit, typer.Abort, _CLICK_ERROR):
+            raise
+        except GptossPatchError as exc:
+            from gptoss_patch import render
+
+            render.error(str(exc), exc.hint)
+            raise typer.Exit(int(exc.exit_code)) from None
+        except KeyboardInterrupt:
+            from gptoss_patch import render
+
+            render.error("interrupted")
+            raise typer.Exit(130) from None
+        except Exception as exc:  # noqa: BLE001 - last line of defence, never a bare traceback
+            if kwargs.get("verbose"):
+                raise
+            from gptoss_patch import render
+
+            last = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            render.error(f"unexpected error: {last}", "re-run with --verbose for the traceback")
+            raise typer.Exit(int(ExitCode.PATCH_FAILED)) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def stderr_is_tty() -> bool:
+    return sys.stderr.isatty()
+
+
+def installation(python: str | None, venv: str | None, vllm: str | None = None):  # -> target.Installation
+    """Resolve the target interpreter and its vLLM (the --python/--venv/--vllm trio)."""
+    from gptoss_patch import target
+    from gptoss_patch.versions import parse_version
+
+    if vllm is not None:
+        parse_version(vllm)  # an invalid version is a usage error before anything runs
+    return target.discover(target.interpreter_for(python, venv), vllm)
+
+
+def selection(only: list[str] | None, skip: list[str] | None):  # -> spec.Selection
+    from gptoss_patch import registry
+
+    return registry.selection(only, skip)

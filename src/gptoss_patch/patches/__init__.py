@@ -1,0 +1,1 @@
+"""One module per patch; the module name is the patch id. See registry.py."""

@@ -1,0 +1,88 @@
+"""Default Marlin atomic-add reduce to on for SM121 (GB10) when VLLM_MARLIN_USE_ATOMIC_ADD is unset.
+
+Only dense Marlin linear layers call `should_use_atomic_add_reduce`: stock vLLM's Marlin MoE path
+(`fused_marlin_moe`) always passes use_atomic_add=False, so on stock gpt-oss, whose MXFP4 weights are
+only the experts, this patch changes dense Marlin layers only. The SM12x Marlin-MoE race that the
+folklore attributes to atomic add was fixed in the 0.23.0 build (vllm#40923, MARLIN_MOE_ARCHS).
+"""
+
+from typing import TYPE_CHECKING
+
+from gptoss_patch.patches import _shapes
+from gptoss_patch.spec import Band, PackageView, PatchSpec, module_id
+
+if TYPE_CHECKING:
+    from gptoss_patch.patches._base import PatchCodemod
+
+FUNCTION = "should_use_atomic_add_reduce"
+HELPER = "_gptoss_patch_sm121_atomic_add_default"
+ENV = "VLLM_MARLIN_USE_ATOMIC_ADD"
+
+HELPER_SOURCE = f'''
+def {HELPER}(device) -> bool:
+    """gptoss-patch marlin_atomic_add_sm121: atomic-add reduce by default on SM121 (GB10).
+
+    Applies only while {ENV} is absent from the environment: =0 still disables it, =1 enables it
+    as before. Sibling modules import {FUNCTION} by name; they share this module's function object.
+    """
+    import os
+
+    import torch
+
+    if "{ENV}" in os.environ:
+        return False
+    return tuple(torch.cuda.get_device_capability(device)) == (12, 1)
+'''
+
+
+def codemod() -> "type[PatchCodemod]":
+    import libcst as cst
+    import libcst.matchers as m
+
+    from gptoss_patch.patches._base import PatchCodemod, parse_statements
+
+    env_disabled = m.UnaryOperation(
+        operator=m.Not(), expression=m.Attribute(value=m.Name("envs"), attr=m.Name(ENV))
+    )
+
+    class MarlinAtomicAddSm121(PatchCodemod):
+        DESCRIPTION = __doc__
+        ANCHOR = f"{FUNCTION}: `if not envs.{ENV}:`"
+
+        @m.call_if_inside(m.FunctionDef(name=m.Name(FUNCTION)))
+        @m.leave(m.If(test=env_disabled))
+        def keep_sm121_default(self, original: cst.If, updated: cst.If) -> cst.If:
+            self.hit()
+            helper_call = cst.parse_expression(f"not {HELPER}(device)")
+            test = cst.BooleanOperation(left=updated.test, operator=cst.And(), right=helper_call)
+            return updated.with_changes(test=test)
+
+        def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
+            if self.hits != 1:
+                return updated
+            return updated.with_changes(body=[*updated.body, *parse_statements(HELPER_SOURCE, blank_lines_before=2)])
+
+    return MarlinAtomicAddSm121
+
+
+def is_applied(source: str, _package: PackageView) -> bool:
+    return _shapes.top_level_function(source, HELPER) and any(
+        _shapes.calls(f, HELPER) for f in _shapes.functions(source, FUNCTION)
+    )
+
+
+SPEC = PatchSpec(
+    id=module_id(__name__),
+    summary="On SM121 (GB10), Marlin uses atomic-add reduce unless VLLM_MARLIN_USE_ATOMIC_ADD is set.",
+    upstream=(
+        "https://github.com/vllm-project/vllm/pull/40923",
+        "https://github.com/vllm-project/vllm/issues/37030",
+    ),
+    bands=(Band(">=0.15.1", "model_executor/layers/quantization/utils/marlin_utils.py"),),
+    codemod=codemod,
+    is_applied=is_applied,
+    note=(
+        "Stock vLLM's Marlin MoE path never uses atomic add (fused_marlin_moe passes use_atomic_add=False), "
+        "so on stock gpt-oss this changes dense Marlin layers only."
+    ),
+)

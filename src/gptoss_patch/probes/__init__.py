@@ -1,0 +1,15 @@
+"""Scripts that run inside the *target* interpreter, never imported by gptoss-patch itself.
+
+`behaviour.py` starts `python probes/run.py` as a subprocess of the target environment, because only
+that environment has vLLM, torch and openai_harmony; gptoss-patch never imports vllm. The scripts
+import each other as top-level modules (the script's directory is first on sys.path), import only
+the standard library at module level, and must run on every Python that vLLM supports (3.10+).
+Results come back as one JSON line on stdout behind `MARKER`, because vLLM logs to stdout too.
+"""
+
+from pathlib import Path
+
+PROBES_DIR = Path(__file__).parent
+RUNNER = PROBES_DIR / "run.py"
+RENDER = PROBES_DIR / "render.py"
+MARKER = "GPTOSS_PATCH_PROBE_RESULT "

@@ -1,0 +1,51 @@
+"""vLLM's own RECORD: the pristine hashes, and the registration of our ledger files.
+
+Our ledger lives inside vLLM's .dist-info and every file of it is listed in RECORD (with no hash),
+so `pip uninstall`, `pip install --force-reinstall` and `uv sync` delete it together with the
+installation it describes. Removing our lines restores RECORD byte for byte.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import io
+from pathlib import Path
+
+from gptoss_patch.fsutil import atomic_write
+
+
+def read_hashes(record: Path, wanted: set[str] | None = None) -> dict[str, str]:
+    """relpath -> hex sha256 for the rows of RECORD (only `wanted` ones when given)."""
+    hashes: dict[str, str] = {}
+    for row in csv.reader(io.StringIO(record.read_text(encoding="utf-8"))):
+        if len(row) < 2 or not row[1].startswith("sha256="):
+            continue
+        if wanted is not None and row[0] not in wanted:
+            continue
+        digest = row[1][len("sha256=") :]
+        hashes[row[0]] = base64.urlsafe_b64decode(digest + "=" * (-len(digest) % 4)).hex()
+    return hashes
+
+
+def registered(record: Path) -> set[str]:
+    return {row[0] for row in csv.reader(io.StringIO(record.read_text(encoding="utf-8"))) if row}
+
+
+def register(record: Path, relpaths: list[str]) -> None:
+    """Append `relpath,,` rows for files we are about to create (before creating them)."""
+    missing = [p for p in relpaths if p not in registered(record)]
+    if not missing:
+        return
+    data = record.read_bytes()
+    if data and not data.endswith(b"\n"):
+        data += b"\n"
+    atomic_write(record, data + "".join(f"{p},,\n" for p in missing).encode())
+
+
+def unregister(record: Path, prefix: str) -> None:
+    """Drop every row under `prefix` (our ledger directory), leaving the rest byte-identical."""
+    lines = record.read_bytes().splitlines(keepends=True)
+    kept = [line for line in lines if not line.decode("utf-8", "replace").startswith(prefix)]
+    if len(kept) != len(lines):
+        atomic_write(record, b"".join(kept))

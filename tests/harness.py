@@ -1,0 +1,263 @@
+"""CPU venvs that import the real vLLM API layer (recipe: ../shared/docs/cpu-harness.md).
+
+`cpu_venv(version)` builds, once per vLLM version, `$GPTOSS_PATCH_CACHE/venvs/cpu-vllm-<version>`
+(default cache ~/.cache/gptoss-patch), outside the repository, and returns its python:
+vllm --no-deps from the cached wheel, the CPU torch, xgrammar --no-deps, tests/harness-requirements.txt
+(specifiers taken from that vLLM wheel's Requires-Dist), and the harmony vocabulary in `<venv>/tiktoken`
+installed by gptoss_patch.vocab. The build happens in a temporary sibling directory under a file lock,
+and is renamed into place only when complete, so a half-built venv is never reused.
+
+`clone_venv(python, dst)` gives a test its own copy in about a second: `cp -al` hardlinks every file.
+That is safe only because gptoss-patch replaces files by rename (a new inode), never in place, and
+Python writes bytecode the same way. Test code must never open a file of a clone for writing in place
+(no `write_text` on an existing target, no `patch` without `--backup`...); use `replace_file`.
+
+Measured on 2 cores (see the report in CHANGELOG/README): about 2 minutes and 2.5 GB per version.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from packaging.requirements import Requirement
+
+from gptoss_patch import vocab
+
+HERE = Path(__file__).parent
+REQUIREMENTS = HERE / "harness-requirements.txt"
+TORCH = "torch==2.13.0"  # the CPU build, through pip's find-links (vLLM pins 2.10/2.11: harmless, §1)
+NO_DEPS = ("xgrammar",)  # its deps pull triton (1 GB), which vLLM only logs as missing
+STAMP = "gptoss-harness.json"
+VOCAB_DIR = "tiktoken"
+RECIPE_VERSION = 1  # bump when the recipe changes in a way the requirements file does not show
+
+
+class HarnessError(RuntimeError):
+    """The harness cannot be built: names what is missing, so the test fails (never skips) with it."""
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("GPTOSS_PATCH_CACHE") or Path.home() / ".cache" / "gptoss-patch")
+
+
+def cpu_venv(version: str) -> Path:
+    """The python of the (cached) CPU venv for vLLM `version`; builds it on first use."""
+    final = cache_root() / "venvs" / f"cpu-vllm-{version}"
+    wheel = vllm_wheel(version)
+    digest = _recipe_digest(wheel)
+    if _is_current(final, digest):
+        return final / "bin" / "python"
+    with _locked(final.with_name(final.name + ".lock")):
+        if not _is_current(final, digest):  # another process may have built it while we waited
+            _build(final, wheel, digest)
+    return final / "bin" / "python"
+
+
+def vocab_dir(python: Path) -> Path:
+    """The harmony vocabulary installed in a harness venv (or its clone): for TIKTOKEN_ENCODINGS_BASE."""
+    return python.parent.parent / VOCAB_DIR
+
+
+def site_packages(python: Path) -> Path:
+    venv = python.parent.parent
+    found = sorted(venv.glob("lib/python3.*/site-packages"))
+    if not found:
+        raise HarnessError(f"{venv} has no lib/python3.*/site-packages")
+    return found[0]
+
+
+def clone_venv(src_python: Path, dst_dir: Path) -> Path:
+    """A hardlinked copy of the venv of `src_python` at `dst_dir`; returns its python.
+
+    The venv's python is a symlink to the base interpreter and finds its prefix from pyvenv.cfg next
+    to it, so the copy is a working venv as long as it is run as `<dst>/bin/python -m ...`.
+    """
+    src = Path(src_python).parent.parent
+    dst_dir = Path(dst_dir)
+    if dst_dir.exists():
+        raise HarnessError(f"clone target {dst_dir} already exists")
+    subprocess.run(["cp", "-al", str(src), str(dst_dir)], check=True)
+    return dst_dir / "bin" / "python"
+
+
+def replace_file(path: Path, text: str) -> None:
+    """Write `text` to `path` by rename: the only safe way to change a file in a hardlinked clone."""
+    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(handle, "w", encoding="utf-8", newline="") as out:
+        out.write(text)
+    os.chmod(temp, 0o644)
+    os.replace(temp, path)
+
+
+# --- wheels ---------------------------------------------------------------------------------------
+
+
+def wheel_cache() -> Path:
+    return vocab.wheel_cache_dir()
+
+
+def vllm_wheel(version: str) -> Path:
+    """The cached vLLM wheel (any build tag, e.g. 0.23.0-2); `pip download` it on a miss."""
+    cache = wheel_cache()
+    found = _cached_wheel(cache, version)
+    if found:
+        return found
+    _progress(f"vllm {version}: not in {cache}; downloading the wheel with pip (~300-500 MB)")
+    cache.mkdir(parents=True, exist_ok=True)
+    proc = _run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--dest", str(cache), f"vllm=={version}"], check=False)
+    found = _cached_wheel(cache, version)
+    if proc.returncode != 0 or not found:
+        raise HarnessError(f"missing: the vllm=={version} wheel (not in {cache}, and pip download failed: {_last_line(proc.stderr)})")
+    return found
+
+
+def _cached_wheel(cache: Path, version: str) -> Path | None:
+    found = sorted(p for p in cache.glob(f"vllm-{version}-*.whl") if p.name.split("-")[1] == version)
+    return found[0] if found else None
+
+
+def wheel_requirements(wheel: Path) -> dict[str, Requirement]:
+    """vLLM's own Requires-Dist (markers evaluated here, extras-only lines dropped), by normalised name."""
+    with zipfile.ZipFile(wheel) as archive:
+        meta = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        lines = archive.read(meta).decode().splitlines()
+    found = {}
+    for line in lines:
+        if not line.startswith("Requires-Dist:"):
+            continue
+        req = Requirement(line.partition(":")[2].strip())
+        if req.marker is None or req.marker.evaluate({"extra": ""}):
+            found[_norm(req.name)] = req
+    return found
+
+
+def harness_requirements(wheel: Path) -> list[str]:
+    """Our package list with vLLM's specifiers attached (extras dropped), ready for `pip install`."""
+    pinned = wheel_requirements(wheel)
+    out = []
+    for line in REQUIREMENTS.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            ours = Requirement(line)
+            theirs = pinned.get(_norm(ours.name))
+            spec = ours.specifier & theirs.specifier if theirs else ours.specifier
+            out.append(f"{ours.name}{spec}")
+    return out
+
+
+def no_deps_requirements(wheel: Path) -> list[str]:
+    pinned = wheel_requirements(wheel)
+    return [f"{name}{pinned[name].specifier}" if name in pinned else name for name in NO_DEPS]
+
+
+def _norm(name: str) -> str:
+    return name.lower().replace("_", "-").replace(".", "-")
+
+
+# --- build ----------------------------------------------------------------------------------------
+
+
+def _recipe_digest(wheel: Path) -> str:
+    recipe = {"v": RECIPE_VERSION, "wheel": wheel.name, "torch": TORCH, "reqs": REQUIREMENTS.read_text(), "no_deps": NO_DEPS}
+    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _is_current(final: Path, digest: str) -> bool:
+    try:
+        return json.loads((final / STAMP).read_text())["recipe"] == digest
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+@contextmanager
+def _locked(lock_path: Path) -> Iterator[None]:
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with lock_path.open("a") as handle:
+        if _try_lock(handle):
+            yield
+            return
+        _progress(f"waiting for another process building {lock_path.stem}")
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def _try_lock(handle) -> bool:  # noqa: ANN001 - a text file object
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _build(final: Path, wheel: Path, digest: str) -> None:
+    started = time.monotonic()
+    build = Path(tempfile.mkdtemp(prefix=f".{final.name}.building-", dir=final.parent))
+    try:
+        steps = _steps(build, wheel)
+        for label, command in steps:
+            _progress(f"{final.name}: {label}")
+            proc = _run(command, check=False)
+            if proc.returncode != 0:
+                raise HarnessError(f"missing: {label} failed in the CPU harness build: {_last_line(proc.stderr)}")
+        _progress(f"{final.name}: harmony vocabulary (gptoss_patch.vocab)")
+        vocab.install(None, build / VOCAB_DIR)
+        freeze = _run([str(build / "bin" / "python"), "-m", "pip", "freeze"], check=True).stdout.split()
+        seconds = round(time.monotonic() - started)
+        stamp = {"recipe": digest, "wheel": wheel.name, "build_seconds": seconds, "freeze": freeze}
+        (build / STAMP).write_text(json.dumps(stamp, indent=1))
+        _swap_into_place(build, final)
+        _progress(f"{final.name}: ready in {seconds} s")
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+
+
+def _steps(build: Path, wheel: Path) -> list[tuple[str, list[str]]]:
+    pip = [str(build / "bin" / "python"), "-m", "pip", "install", "--no-input", "--disable-pip-version-check"]
+    return [
+        ("create the venv", [sys.executable, "-m", "venv", str(build)]),
+        (f"install {wheel.name} --no-deps", [*pip, "--no-deps", str(wheel)]),
+        (f"install {TORCH} (CPU build via pip's find-links)", [*pip, TORCH]),
+        ("install " + " ".join(no_deps_requirements(wheel)) + " --no-deps", [*pip, "--no-deps", *no_deps_requirements(wheel)]),
+        ("install tests/harness-requirements.txt", [*pip, *harness_requirements(wheel)]),
+    ]
+
+
+def _swap_into_place(build: Path, final: Path) -> None:
+    """Rename the finished venv into place; an outdated one is moved aside first, then deleted."""
+    old = None
+    if final.exists():
+        old = final.with_name(f".{final.name}.old-{os.getpid()}")
+        final.rename(old)
+    build.rename(final)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _run(command: list[str], *, check: bool) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, capture_output=True, text=True, check=check)
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "no output"
+
+
+def _progress(message: str) -> None:
+    print(f"[harness] {message}", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":  # `python -m tests.harness 0.17.1 0.23.0` pre-builds the cache
+    for wanted in sys.argv[1:]:
+        print(cpu_venv(wanted))
