@@ -16,3 +16,7 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("COLUMNS", "3000")
     monkeypatch.setenv("NO_COLOR", "1")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--update-golden", action="store_true", help="rewrite patches/<id>/vllm-<version>.diff")

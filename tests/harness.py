@@ -29,6 +29,7 @@ import time
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from importlib import metadata
 from pathlib import Path
 
 from packaging.requirements import Requirement
@@ -38,10 +39,11 @@ from gptoss_patch import vocab
 HERE = Path(__file__).parent
 REQUIREMENTS = HERE / "harness-requirements.txt"
 TORCH = "torch==2.13.0"  # the CPU build, through pip's find-links (vLLM pins 2.10/2.11: harmless, §1)
-NO_DEPS = ("xgrammar",)  # its deps pull triton (1 GB), which vLLM only logs as missing
+NO_DEPS = ("xgrammar",)  # installed --no-deps, then its dependencies except EXCLUDED
+EXCLUDED = frozenset({"triton"})  # 1 GB; vLLM logs "Triton not installed" and carries on
 STAMP = "gptoss-harness.json"
 VOCAB_DIR = "tiktoken"
-RECIPE_VERSION = 1  # bump when the recipe changes in a way the requirements file does not show
+RECIPE_VERSION = 2  # bump when the recipe changes in a way the requirements file does not show
 
 
 class HarnessError(RuntimeError):
@@ -170,7 +172,7 @@ def _norm(name: str) -> str:
 
 
 def _recipe_digest(wheel: Path) -> str:
-    recipe = {"v": RECIPE_VERSION, "wheel": wheel.name, "torch": TORCH, "reqs": REQUIREMENTS.read_text(), "no_deps": NO_DEPS}
+    recipe = {"v": RECIPE_VERSION, "wheel": wheel.name, "torch": TORCH, "reqs": REQUIREMENTS.read_text(), "no_deps": NO_DEPS, "excluded": sorted(EXCLUDED)}
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -205,12 +207,7 @@ def _build(final: Path, wheel: Path, digest: str) -> None:
     started = time.monotonic()
     build = Path(tempfile.mkdtemp(prefix=f".{final.name}.building-", dir=final.parent))
     try:
-        steps = _steps(build, wheel)
-        for label, command in steps:
-            _progress(f"{final.name}: {label}")
-            proc = _run(command, check=False)
-            if proc.returncode != 0:
-                raise HarnessError(f"missing: {label} failed in the CPU harness build: {_last_line(proc.stderr)}")
+        _install(final.name, build, wheel)
         _progress(f"{final.name}: harmony vocabulary (gptoss_patch.vocab)")
         vocab.install(None, build / VOCAB_DIR)
         freeze = _run([str(build / "bin" / "python"), "-m", "pip", "freeze"], check=True).stdout.split()
@@ -223,15 +220,37 @@ def _build(final: Path, wheel: Path, digest: str) -> None:
         shutil.rmtree(build, ignore_errors=True)
 
 
-def _steps(build: Path, wheel: Path) -> list[tuple[str, list[str]]]:
-    pip = [str(build / "bin" / "python"), "-m", "pip", "install", "--no-input", "--disable-pip-version-check"]
-    return [
-        ("create the venv", [sys.executable, "-m", "venv", str(build)]),
-        (f"install {wheel.name} --no-deps", [*pip, "--no-deps", str(wheel)]),
-        (f"install {TORCH} (CPU build via pip's find-links)", [*pip, TORCH]),
-        ("install " + " ".join(no_deps_requirements(wheel)) + " --no-deps", [*pip, "--no-deps", *no_deps_requirements(wheel)]),
-        ("install tests/harness-requirements.txt", [*pip, *harness_requirements(wheel)]),
-    ]
+def _install(name: str, build: Path, wheel: Path) -> None:
+    python = build / "bin" / "python"
+    pip = [str(python), "-m", "pip", "install", "--no-input", "--disable-pip-version-check"]
+    _step(name, "create the venv", [sys.executable, "-m", "venv", str(build)])
+    _step(name, f"install {wheel.name} --no-deps", [*pip, "--no-deps", str(wheel)])
+    _step(name, f"install {TORCH} (CPU build via pip's find-links)", [*pip, TORCH])
+    no_deps = no_deps_requirements(wheel)
+    _step(name, f"install {' '.join(no_deps)} --no-deps", [*pip, "--no-deps", *no_deps])
+    # The --no-deps packages still need their other dependencies (xgrammar 0.2 needs apache-tvm-ffi).
+    theirs = _dependencies(site_packages(python), NO_DEPS)
+    _step(name, "install tests/harness-requirements.txt", [*pip, *harness_requirements(wheel), *theirs])
+
+
+def _step(name: str, label: str, command: list[str]) -> None:
+    _progress(f"{name}: {label}")
+    proc = _run(command, check=False)
+    if proc.returncode != 0:
+        raise HarnessError(f"missing: {label} failed in the CPU harness build: {_last_line(proc.stderr)}")
+
+
+def _dependencies(site: Path, names: tuple[str, ...]) -> list[str]:
+    """Requires-Dist of installed `names`, minus EXCLUDED and extras-only entries."""
+    out = []
+    for dist in metadata.distributions(path=[str(site)]):
+        if _norm(dist.metadata["Name"]) not in names:
+            continue
+        for line in dist.requires or ():
+            req = Requirement(line)
+            if _norm(req.name) not in EXCLUDED and (req.marker is None or req.marker.evaluate({"extra": ""})):
+                out.append(f"{req.name}{req.specifier}")
+    return out
 
 
 def _swap_into_place(build: Path, final: Path) -> None:

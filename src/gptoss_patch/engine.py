@@ -154,13 +154,19 @@ def decode(data: bytes) -> str | None:
 
 
 def transform(spec: PatchSpec, text: str, package: PackageView) -> str:
-    """Run one codemod; every failure becomes PatchFailed with a one-line reason."""
+    """Run one codemod; every failure becomes PatchFailed with a one-line reason.
+
+    A file with CRLF line endings throughout is transformed as LF and converted back, so the code we
+    insert (multi-line docstrings included) gets the file's line endings too.
+    """
     import libcst
 
     from gptoss_patch.patches._base import Drift, run_codemod
 
+    crlf = "\r\n" in text and text.count("\r\n") == text.count("\n")
     try:
-        return run_codemod(spec.codemod(), text, package)
+        result = run_codemod(spec.codemod(), text.replace("\r\n", "\n") if crlf else text, package)
+        return result.replace("\n", "\r\n") if crlf else result
     except Drift as exc:
         raise PatchFailed(f"{spec.id}: drifted: {exc}") from None
     except libcst.ParserSyntaxError as exc:
@@ -191,7 +197,7 @@ def apply(
         ctx, diff_blobs = _context_with_diffs(inst, list(diffs))
         results = [judge(spec, ctx) for spec in selected(selection)]
         _refuse_failures(results)
-        plans, results = _plan_apply(ctx, results, diff_blobs)
+        plans, results = _plan_apply(ctx, results, diff_blobs, dry_run)
         if plans and not dry_run:
             _guard_unknown_version(inst, allow_unknown_version)
             _commit(ctx, "apply", plans, diff_blobs)
@@ -228,7 +234,7 @@ def _guard_unknown_version(inst: Installation, allowed: bool) -> None:
 
 
 def _plan_apply(
-    ctx: Context, results: list[PatchResult], diff_blobs: dict[str, list[bytes]]
+    ctx: Context, results: list[PatchResult], diff_blobs: dict[str, list[bytes]], dry_run: bool
 ) -> tuple[list[FilePlan], list[PatchResult]]:
     by_file: dict[str, list[PatchSpec]] = {}
     specs = {s.id: s for s in selected(Selection())}
@@ -240,7 +246,8 @@ def _plan_apply(
     plans = [_plan_file(ctx, rel, todo, diff_blobs.get(rel, [])) for rel, todo in by_file.items()]
     diffs = {p.rel: unified_diff(p.rel, p.before or b"", p.after) for p in plans}
     done = {s.id for todo in by_file.values() for s in todo}
-    results = [replace(r, state=State.APPLIED, changed=True, reason="patched", diff=diffs[r.file]) if r.id in done else r for r in results]
+    after = {"state": State.PENDING, "reason": "would be patched"} if dry_run else {"state": State.APPLIED, "reason": "patched"}
+    results = [replace(r, changed=True, diff=diffs[r.file], **after) if r.id in done else r for r in results]
     return plans, results
 
 

@@ -76,10 +76,10 @@ def report_json(report: Report, **extra: Any) -> None:
 
 
 def narrate(results: Sequence[PatchResult], *, verb: str, dry_run: bool = False) -> None:
-    """Past-tense lines for what changed (`Patched <file> (<id>)`), conditional on --dry-run."""
+    """`Patched <file> (<id>)` for what changed; `Would patch ...` under --dry-run."""
     for r in results:
         if r.changed:
-            info(f"{'Would ' + verb.lower() if dry_run else verb} {r.file} ({r.id})")
+            info(f"{'Would ' + verb.lower().removesuffix('ed') if dry_run else verb} {r.file} ({r.id})")
         for w in r.warnings:
             warn(f"{r.id}: {w}")
 

@@ -11,6 +11,17 @@ from gptoss_patch.errors import UsageError
 # install is "unknown": patches get a verdict from the code's shape alone.
 NEWEST_KNOWN = Version("0.33.0")
 
+# Every vLLM release on PyPI from the first one any patch covers to NEWEST_KNOWN (facts, for the
+# golden tests and the compatibility matrix).
+KNOWN_RELEASES = tuple(
+    Version(v)
+    for v in (
+        "0.15.1", "0.16.0", "0.17.0", "0.17.1", "0.18.0", "0.18.1", "0.19.0", "0.19.1", "0.20.0", "0.20.1",
+        "0.20.2", "0.21.0", "0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.25.1", "0.26.0", "0.27.0",
+        "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0",
+    )
+)
+
 
 def parse_version(text: str) -> Version:
     try:

@@ -78,6 +78,7 @@ class LaunchPlan:
     base_env: Mapping[str, str] = field(repr=False)
     expected_moe: str | None = None  # MoE backend family the profile pinned ("MARLIN"), checked in the log
     patch_report: Any = None  # spec.Report from engine.status
+    capabilities: Any = None  # static.Capabilities of the installed vLLM
     options: Any = None  # plan.LaunchOptions the plan was resolved from
 
     @property

@@ -9,7 +9,10 @@ Results come back as one JSON line on stdout behind `MARKER`, because vLLM logs 
 
 from pathlib import Path
 
+from gptoss_patch.probes._common import MARKER  # stdlib only, shared with the scripts
+
+__all__ = ["MARKER", "PROBES_DIR", "RENDER", "RUNNER"]
+
 PROBES_DIR = Path(__file__).parent
 RUNNER = PROBES_DIR / "run.py"
 RENDER = PROBES_DIR / "render.py"
-MARKER = "GPTOSS_PATCH_PROBE_RESULT "

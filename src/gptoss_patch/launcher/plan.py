@@ -1,0 +1,187 @@
+"""Resolve `gptoss-patch serve` options into a LaunchPlan: the exact argv and environment, each addition explained.
+
+Order matters for "nothing starts on bad input": cheap validation of the user's input comes first, then the
+static reads of the installed vLLM, then the patch status.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from gptoss_patch.errors import UsageError
+from gptoss_patch.launcher import profiles, static
+from gptoss_patch.launcher.results import LaunchPlan, Setting
+from gptoss_patch.spec import State
+
+HARMONY_INSTRUCTIONS_ENV = "VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS"
+HARMONY_PATCH_ID = "harmony_instructions"
+VOCAB_ENV = ("TIKTOKEN_ENCODINGS_BASE", "TIKTOKEN_RS_CACHE_DIR")
+# From 0.31 vLLM depends on oss-harmony, which embeds the vocabulary (G01).
+VOCAB_BUNDLED_FROM = (0, 31)
+LOOPBACK = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """What the user asked for on the command line (serve and doctor share it)."""
+
+    model: str | None
+    gpu: str | None = None
+    concurrency: str | None = None
+    host: str = LOOPBACK
+    port: int = 8000
+    extra_args: tuple[str, ...] = ()
+    allow_unpatched: bool = False
+    allow_unauthenticated: bool = False
+    expect_reasoning: bool = False
+
+
+def resolve(inst, options: LaunchOptions, environ: Mapping[str, str] | None = None) -> LaunchPlan:
+    environ = dict(os.environ if environ is None else environ)
+    gpu = profiles.choose_gpu(options.gpu)
+    concurrency = profiles.parse_concurrency(options.concurrency)
+    _check_port_number(options.port)
+    caps = static.read_capabilities(inst.package_root, inst.version)
+    report = _patch_status(inst)
+    profile = profiles.profile_settings(gpu.profile, caps)
+    wanted = [
+        Setting.flag("--host", options.host, why="bind loopback unless asked otherwise: vLLM serves without auth by default"),
+        Setting.flag("--port", str(options.port), why="the port /health and the smoke canary are checked on"),
+        *profile.settings,
+        *_capture_sizes(concurrency, caps, options.extra_args),
+        *_environ_validation(caps),
+        *_harmony_instructions(report, caps),
+        *_vocabulary(inst, environ),
+    ]
+    kept, dropped = _apply_overrides(wanted, options.extra_args, environ)
+    return LaunchPlan(
+        installation=inst,
+        executable=Path(inst.python).parent / "vllm",
+        model=options.model or "",
+        profile=gpu.profile,
+        profile_source=gpu.source,
+        settings=tuple(kept),
+        notes=(*profile.notes, *dropped, *_harmony_note(report)),
+        extra_args=tuple(options.extra_args),
+        base_env=environ,
+        expected_moe=_expected_moe(profile.moe_pin, kept, options.extra_args, environ),
+        patch_report=report,
+        capabilities=caps,
+        options=options,
+    )
+
+
+def _check_port_number(port: int) -> None:
+    if not 1 <= port <= 65535:
+        raise UsageError(f"--port {port}: expected a TCP port from 1 to 65535")
+
+
+def _patch_status(inst):
+    from gptoss_patch import engine  # imports the patch catalogue; only needed once the input is valid
+
+    return engine.status(inst)
+
+
+def _capture_sizes(concurrency: tuple[int, ...], caps: static.Capabilities, extra_args: tuple[str, ...]) -> list[Setting]:
+    if not concurrency:
+        return []
+    if _user_sets_capture_sizes(extra_args):
+        raise UsageError("--concurrency and the capture sizes given after -- both set the CUDA-graph sizes; keep one")
+    cap = static.last_value(extra_args, "--max-cudagraph-capture-size")
+    max_size = int(cap) if cap and cap.isdigit() else profiles.MAX_CAPTURE_SIZE
+    if max(concurrency) > max_size:
+        raise UsageError(f"--concurrency {max(concurrency)} is above --max-cudagraph-capture-size {max_size}")
+    return [profiles.capture_sizes_setting(concurrency, caps, max_size)]
+
+
+def _user_sets_capture_sizes(extra_args: tuple[str, ...]) -> bool:
+    for use in static.scan_flags(extra_args):
+        if use.name in profiles.CAPTURE_SIZE_FLAGS or "cudagraph_capture_sizes" in use.name:
+            return True
+        if use.name == "--compilation-config" and any("cudagraph_capture_sizes" in v for v in use.values):
+            return True
+    return False
+
+
+def _environ_validation(caps: static.Capabilities) -> list[Setting]:
+    if not caps.has_flag("--fail-on-environ-validation"):
+        return []
+    why = "make vLLM itself refuse VLLM_* names it does not read, which otherwise only log a warning (G15)"
+    return [Setting.flag("--fail-on-environ-validation", why=why)]
+
+
+def _harmony_result(report):
+    return next((r for r in getattr(report, "results", ()) if r.id == HARMONY_PATCH_ID), None)
+
+
+def _harmony_instructions(report, caps: static.Capabilities) -> list[Setting]:
+    result = _harmony_result(report)
+    if result is None or result.state not in (State.APPLIED, State.FIXED_UPSTREAM) or not caps.env.knows(HARMONY_INSTRUCTIONS_ENV):
+        return []
+    why = (
+        f"{HARMONY_PATCH_ID} is {result.state.value}: put the client's system prompt into the harmony system "
+        "message as instructions (vllm#44330 semantics; with 0 it goes to the developer message)"
+    )
+    return [Setting.env(HARMONY_INSTRUCTIONS_ENV, "1", why=why)]
+
+
+def _harmony_note(report) -> list[str]:
+    result = _harmony_result(report)
+    if result is None or result.state in (State.APPLIED, State.FIXED_UPSTREAM):
+        return []
+    return [
+        f"{HARMONY_INSTRUCTIONS_ENV} not set: {HARMONY_PATCH_ID} is {result.state.value}, and stock Chat Completions "
+        "before 0.23 never passes instructions, so the variable would change nothing there (G02)"
+    ]
+
+
+def _vocabulary(inst, environ: Mapping[str, str]) -> list[Setting]:
+    """Point harmony at the local vocabulary (< 0.31), unless the user already points it somewhere (G01)."""
+    if inst.version.release[:2] >= VOCAB_BUNDLED_FROM or any(name in environ for name in VOCAB_ENV):
+        return []
+    from gptoss_patch import vocab
+
+    why = "load the harmony vocabulary from the local copy: harmony never downloads then, so start-up cannot die offline (G01)"
+    return [Setting.env(name, value, why=why) for name, value in vocab.exports(vocab.default_dir()).items()]
+
+
+def _apply_overrides(wanted: list[Setting], extra_args: tuple[str, ...], environ: Mapping[str, str]) -> tuple[list[Setting], list[str]]:
+    """The user's own arguments and environment win; each profile setting they replace is noted."""
+    given = {_positive(static.canonical_flag(use.name)) for use in static.scan_flags(extra_args)}
+    kept, dropped = [], []
+    for setting in wanted:
+        if setting.kind == "flag" and _positive(setting.name) in given:
+            dropped.append(f"{' '.join(setting.argv)} left out: given after --")
+        elif setting.kind == "env" and setting.name in environ:
+            dropped.append(f"{setting.name}={setting.values[0]} left out: already {environ[setting.name]!r} in the environment")
+        else:
+            kept.append(setting)
+    return kept, dropped
+
+
+def _positive(flag: str) -> str:
+    return "--" + flag[5:] if flag.startswith("--no-") else flag
+
+
+def _expected_moe(pin: Setting | None, kept: list[Setting], extra_args: tuple[str, ...], environ: Mapping[str, str]) -> str | None:
+    """Marlin is expected in the log when the profile's pin survived, or the user pinned Marlin the same way."""
+    if pin is not None and pin in kept:
+        return profiles.MARLIN_FAMILY
+    user_flag = static.last_value(extra_args, "--moe-backend")
+    user_env = environ.get("VLLM_MXFP4_USE_MARLIN", "")
+    if pin is not None and (user_flag == "marlin" or (pin.kind == "env" and user_env.lower() in ("1", "true"))):
+        return profiles.MARLIN_FAMILY
+    return None
+
+
+def connect_host(host: str) -> str:
+    """Where to reach a server bound to `host` from this machine (a wildcard bind answers on loopback)."""
+    return {"0.0.0.0": LOOPBACK, "::": "::1", "": LOOPBACK}.get(host, host)
+
+
+def effective(plan: LaunchPlan, flag: str) -> str | None:
+    """The value vLLM will use for `flag`: argparse keeps the last occurrence."""
+    return static.last_value(plan.argv[3:], flag)

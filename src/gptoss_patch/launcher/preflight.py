@@ -1,0 +1,328 @@
+"""Pre-flight checks: named pass / warn / fail verdicts with a one-line fix, all static (nothing is started)."""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import socket
+from pathlib import Path
+
+from gptoss_patch.errors import TargetError, UsageError
+from gptoss_patch.launcher import knowledge, plan as planning, profiles
+from gptoss_patch.launcher.results import Check, LaunchPlan, Status
+from gptoss_patch.launcher.static import FlagUse, scan_flags
+
+GPT_OSS_REASONING_PARSERS = ("openai_gptoss", "GptOss")  # GptOss was its name in 0.10.1.x (G15)
+# Attention backends that implement gpt-oss's attention sinks, by profile (G21).
+SINK_BACKENDS = {"sm90": ("FLASH_ATTN", "TRITON_ATTN"), "sm100": ("FLASHINFER", "TRITON_ATTN")}
+SINK_BACKENDS_ELSEWHERE = ("TRITON_ATTN",)
+GB10_MAX_UTILIZATION = 0.90
+
+
+def run_checks(plan: LaunchPlan) -> tuple[Check, ...]:
+    """Every check, in the order a reader fixes things: target, patches, environment, flags, runtime needs."""
+    return (
+        *check_gpu(plan),
+        *check_patches(plan),
+        *check_environment(plan),
+        *check_flags(plan),
+        *check_vocabulary(plan),
+        *check_security(plan),
+        *check_capture_sizes(plan),
+        *check_moe_backend(plan),
+        *launchability(plan),
+    )
+
+
+def require_launchable(plan: LaunchPlan) -> None:
+    """Bad input that must stop `serve` with one line before anything else is reported or started."""
+    errors = {"executable": TargetError, "model": UsageError, "port": UsageError}
+    for check in launchability(plan):
+        if check.status is Status.FAIL:
+            raise errors[check.name](check.message, hint=check.fix or None)
+
+
+# -- target and patches --------------------------------------------------------------------------
+
+
+def check_gpu(plan: LaunchPlan) -> list[Check]:
+    if plan.profile_source.startswith("no nvidia-smi"):
+        return [Check("gpu", Status.WARN, "no nvidia-smi on PATH: cpu profile, no GPU settings", fix="pass --gpu sm90|sm100|sm120|sm121 on a GPU host")]
+    return [Check("gpu", Status.PASS, f"profile {plan.profile} ({plan.profile_source})")]
+
+
+def check_patches(plan: LaunchPlan) -> list[Check]:
+    results = plan.patch_report.results
+    needing = [r for r in results if r.state.needs_action]
+    if not needing:
+        summary = ", ".join(f"{r.id} {r.state.value}" for r in results) or "no patches apply"
+        return [Check("patches", Status.PASS, f"clean: {summary}")]
+    summary = "; ".join(f"{r.id} {r.state.value}" for r in needing)
+    fix = "gptoss-patch apply" if all(r.state.value == "pending" for r in needing) else "gptoss-patch status, then apply or revert"
+    if plan.options.allow_unpatched:
+        return [Check("patches", Status.WARN, f"STARTING UNPATCHED ({summary}) because of --allow-unpatched", fix=fix)]
+    return [Check("patches", Status.FAIL, f"not clean: {summary}", fix=f"{fix} (or --allow-unpatched)")]
+
+
+# -- environment variables (G15) -----------------------------------------------------------------
+
+
+def check_environment(plan: LaunchPlan) -> list[Check]:
+    env = plan.env
+    names = sorted(name for name in env if name.startswith("VLLM_"))
+    findings = [check for name in names for check in _env_findings(name, env[name], plan)]
+    if findings:
+        return findings
+    return [Check("env", Status.PASS, f"{len(names)} VLLM_* variable(s), all read by vLLM {plan.installation.version}")]
+
+
+def _env_findings(name: str, value: str, plan: LaunchPlan) -> list[Check]:
+    caps = plan.capabilities
+    version = plan.installation.version
+    if not caps.env.knows(name):
+        return [_unknown_env(name, value, plan)]
+    if name in caps.env.deprecated:
+        text = caps.env.deprecated[name] or "see vLLM's envs.py"
+        return [Check("env", Status.WARN, f"{name} is deprecated in vLLM {version}", fix=text, issue="G15")]
+    if knowledge.registered_but_unread(name, caps):
+        replacement = knowledge.env_replacement(name, value, caps) or "unset it"
+        return [Check("env", Status.WARN, f"{name} is registered but the MXFP4 selector of vLLM {version} never reads it", fix=replacement, issue="G15")]
+    if name in knowledge.NO_EFFECT_ON_GPT_OSS:
+        return [Check("env", Status.WARN, f"{name} does nothing for gpt-oss: {knowledge.NO_EFFECT_ON_GPT_OSS[name]}", fix=f"unset {name}")]
+    return []
+
+
+def _unknown_env(name: str, value: str, plan: LaunchPlan) -> Check:
+    caps = plan.capabilities
+    replacement = knowledge.env_replacement(name, value, caps)
+    close = [match for match in caps.env.close_matches(name) if match != name]
+    origin = " (never a stock variable)" if name == "VLLM_MXFP4_BACKEND" else ""
+    message = f"{name} is not a variable vLLM {plan.installation.version} reads{origin}; it would do nothing"
+    if close:
+        message += f"; did you mean {close[0]}?"
+    fix = f"use {replacement} instead" if replacement else f"unset {name}"
+    return Check("env", Status.FAIL, message, fix=fix, issue="G15")
+
+
+# -- flags ---------------------------------------------------------------------------------------
+
+
+def check_flags(plan: LaunchPlan) -> list[Check]:
+    caps = plan.capabilities
+    uses = scan_flags(plan.extra_args)
+    findings = [_unknown_flag(use, plan) for use in uses if not caps.flags.accepts(use.name)]
+    findings += _flag_advice(plan)
+    if findings:
+        return findings
+    return [Check("flags", Status.PASS, f"{len(uses)} extra flag(s), all accepted by vLLM {plan.installation.version}")]
+
+
+def _unknown_flag(use: FlagUse, plan: LaunchPlan) -> Check:
+    caps = plan.capabilities
+    version = plan.installation.version
+    prefixed = sorted(flag for flag in caps.flags.flags if flag.startswith(use.name) and use.name.startswith("--"))
+    if len(prefixed) == 1:
+        return Check("flags", Status.WARN, f"{use.spelling} is an abbreviation of {prefixed[0]}", fix=f"spell it {prefixed[0]}")
+    if use.name in knowledge.FOLKLORE_FLAGS:
+        fix = _folklore_fix(use, caps)
+        return Check("flags", Status.FAIL, f"{use.name}: {knowledge.FOLKLORE_FLAGS[use.name]}", fix=fix, issue="G15")
+    close = caps.flags.close_matches(use.name)
+    message = f"{use.spelling} is not a flag of vLLM {version}" + (f"; did you mean {close[0]}?" if close else "")
+    return Check("flags", Status.FAIL, message, fix=f"remove {use.spelling}" + (f" or use {close[0]}" if close else ""))
+
+
+def _folklore_fix(use: FlagUse, caps) -> str:
+    if use.name == "--mxfp4-backend":
+        replacement = knowledge.env_replacement("VLLM_MXFP4_BACKEND", (use.values or ("",))[0], caps)
+        return f"use {replacement} instead" if replacement else f"remove {use.spelling}"
+    return f"remove {use.spelling}"
+
+
+def _flag_advice(plan: LaunchPlan) -> list[Check]:
+    advice = [*_enforce_eager(plan), *_stream_interval(plan), *_reasoning_parser(plan)]
+    return [*advice, *_attention_backend(plan), *_memory_utilization(plan)]
+
+
+def _enforce_eager(plan: LaunchPlan) -> list[Check]:
+    switches = [use.name for use in scan_flags(plan.extra_args) if use.name in ("--enforce-eager", "--no-enforce-eager")]
+    if not switches or switches[-1] != "--enforce-eager":  # argparse keeps the last one
+        return []
+    message = "--enforce-eager disables CUDA graphs: decode fell from 59 to 26 tok/s for gpt-oss-120b on GB10"
+    return [Check("flags", Status.WARN, message, fix="remove --enforce-eager and fix whatever start-up problem it hid", issue="G19")]
+
+
+def _stream_interval(plan: LaunchPlan) -> list[Check]:
+    value = planning.effective(plan, "--stream-interval")
+    if value is None or not value.isdigit() or int(value) <= 1:
+        return []
+    message = f"--stream-interval {value} leaks reasoning into streamed content and drops tool-call arguments"
+    return [Check("flags", Status.WARN, message, fix="--stream-interval 1 (or leave it out)", issue="G10")]
+
+
+def _reasoning_parser(plan: LaunchPlan) -> list[Check]:
+    value = planning.effective(plan, "--reasoning-parser")
+    if value not in GPT_OSS_REASONING_PARSERS or plan.options.expect_reasoning:
+        return []
+    message = (
+        f"--reasoning-parser {value} moves the analysis channel into `reasoning`: when max_tokens runs out there, "
+        "`content` is null, and clients that read only `content` show an empty reply"
+    )
+    if plan.installation.version.release[:2] < (0, 13):
+        message += "; before 0.13 even a lone final answer lands in `reasoning`"
+    return [Check("flags", Status.WARN, message, fix="pass --expect-reasoning if your clients read `reasoning`, else drop the parser", issue="G08")]
+
+
+def _attention_backend(plan: LaunchPlan) -> list[Check]:
+    value = planning.effective(plan, "--attention-backend")
+    if value is None or plan.profile == "cpu":
+        return []
+    supported = SINK_BACKENDS.get(plan.profile, SINK_BACKENDS_ELSEWHERE)
+    if value.upper() in supported:
+        return []
+    message = f"--attention-backend {value} has no attention-sink support on {plan.profile} in stock vLLM"
+    return [Check("flags", Status.WARN, message, fix=f"drop it (automatic selection handles sinks) or use {supported[-1]}", issue="G21")]
+
+
+def _memory_utilization(plan: LaunchPlan) -> list[Check]:
+    value = planning.effective(plan, "--gpu-memory-utilization")
+    if plan.profile != "sm121" or value is None or _float(value) <= GB10_MAX_UTILIZATION:
+        return []
+    message = f"--gpu-memory-utilization {value} on GB10's unified memory can freeze the host or be OOM-killed at start-up"
+    return [Check("flags", Status.WARN, message, fix=f"--gpu-memory-utilization {profiles.GB10_MEMORY_UTILIZATION}", issue="G17")]
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return 0.0
+
+
+# -- vocabulary (G01) ----------------------------------------------------------------------------
+
+
+def check_vocabulary(plan: LaunchPlan) -> list[Check]:
+    inst = plan.installation
+    if inst.version.release[:2] >= planning.VOCAB_BUNDLED_FROM:
+        return _bundled_vocabulary(inst)
+    from gptoss_patch import vocab
+
+    status = vocab.status(plan.env)
+    if status.ok:
+        return [Check("vocab", Status.PASS, f"{status.path} ({status.source}), sha256 verified")]
+    return [Check("vocab", Status.FAIL, f"harmony vocabulary: {status.reason}", fix="gptoss-patch vocab install", issue="G01")]
+
+
+def _bundled_vocabulary(inst) -> list[Check]:
+    """From 0.31 oss-harmony embeds the vocabulary; a co-installed openai-harmony overwrites those files."""
+    if any(Path(inst.site_packages).glob("openai_harmony-*.dist-info")):
+        message = "openai-harmony is installed next to oss-harmony and replaces its embedded vocabulary files"
+        return [Check("vocab", Status.WARN, message, fix="pip uninstall openai-harmony, then pip install --force-reinstall oss-harmony", issue="G01")]
+    return [Check("vocab", Status.PASS, f"bundled: vLLM {inst.version} uses oss-harmony, which embeds the vocabulary")]
+
+
+# -- security ------------------------------------------------------------------------------------
+
+
+def check_security(plan: LaunchPlan) -> list[Check]:
+    host = planning.effective(plan, "--host") or "0.0.0.0"  # vLLM's own default binds every interface
+    if planning.effective(plan, "--uds"):
+        return [Check("security", Status.PASS, "serves on a unix socket only")]
+    if is_loopback(host):
+        return [Check("security", Status.PASS, f"binds {host} (this machine only)")]
+    if planning.effective(plan, "--api-key") or plan.env.get("VLLM_API_KEY"):
+        return [Check("security", Status.PASS, f"binds {host}; requests need the API key")]
+    if plan.options.allow_unauthenticated:
+        return [Check("security", Status.WARN, f"binds {host} WITHOUT an API key (--allow-unauthenticated)")]
+    message = f"binds {host} without an API key: anyone who reaches the port can use the model"
+    return [Check("security", Status.FAIL, message, fix="export VLLM_API_KEY=..., or pass --allow-unauthenticated")]
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+# -- capture sizes and MoE backend ---------------------------------------------------------------
+
+
+def check_capture_sizes(plan: LaunchPlan) -> list[Check]:
+    setting = next((s for s in plan.settings if profiles.is_capture_setting(s)), None)
+    if setting is not None:
+        return [Check("capture-sizes", Status.PASS, f"{setting.name}: {setting.why}", issue="G20")]
+    message = "vLLM's default CUDA-graph sizes: batches of 5 and 10 pad to 8 and 16"
+    return [Check("capture-sizes", Status.PASS, message, fix="--concurrency 5,10 (the batch sizes you run)", issue="G20")]
+
+
+def check_moe_backend(plan: LaunchPlan) -> list[Check]:
+    if plan.profile not in profiles.SM12X:
+        return [Check("moe-backend", Status.PASS, "automatic selection; the startup log line is reported")]
+    if plan.expected_moe is None:
+        message = "MXFP4 MoE backend not pinned to Marlin on SM12x; the startup log is the only place the choice shows"
+        return [Check("moe-backend", Status.WARN, message, fix="drop your own --moe-backend / backend variables, or check the log", issue="G14")]
+    checks = [Check("moe-backend", Status.PASS, "pinned to Marlin; the startup log line is checked against it", issue="G14")]
+    if plan.installation.version.release[:2] < (0, 23):
+        message = f"vLLM {plan.installation.version} builds the Marlin MoE kernel as sm_80 PTX only; SM12x runs it under JIT (#37030)"
+        checks.append(Check("moe-backend", Status.WARN, message, fix="run with --smoke; vLLM >= 0.23 builds it for SM12x (#40923)", issue="G14"))
+    return checks
+
+
+# -- can it start at all --------------------------------------------------------------------------
+
+
+def launchability(plan: LaunchPlan) -> list[Check]:
+    return [*_executable(plan), *_model(plan), *_port(plan)]
+
+
+def _executable(plan: LaunchPlan) -> list[Check]:
+    exe = Path(plan.executable)
+    if exe.is_file() and exe.stat().st_mode & 0o111:
+        return [Check("executable", Status.PASS, str(exe))]
+    fix = f"reinstall vLLM there: {plan.installation.python} -m pip install --force-reinstall --no-deps vllm=={plan.installation.version}"
+    return [Check("executable", Status.FAIL, f"no vllm executable at {exe}", fix=fix)]
+
+
+def _model(plan: LaunchPlan) -> list[Check]:
+    if not plan.model:
+        return []
+    if not looks_like_path(plan.model):
+        return [Check("model", Status.PASS, f"{plan.model} (a model id: vLLM resolves it)")]
+    path = Path(plan.model).expanduser()
+    if path.exists():
+        return [Check("model", Status.PASS, str(path))]
+    return [Check("model", Status.FAIL, f"model path {plan.model} does not exist", fix="check the path, or give a Hugging Face id such as openai/gpt-oss-20b")]
+
+
+def looks_like_path(model: str) -> bool:
+    """Hugging Face ids are `org/name`; anything absolute, relative, home-based or deeper is a local path."""
+    return model.startswith(("/", "./", "../", "~", ".")) or model.count("/") > 1 or Path(model).exists()
+
+
+def _port(plan: LaunchPlan) -> list[Check]:
+    if planning.effective(plan, "--uds"):
+        return []
+    host = planning.effective(plan, "--host") or "0.0.0.0"
+    port = int(planning.effective(plan, "--port") or 8000)
+    problem = bind_problem(host, port)
+    if problem is None:
+        return [Check("port", Status.PASS, f"{host}:{port} is free")]
+    return [Check("port", Status.FAIL, f"cannot listen on {host}:{port}: {problem}", fix="pick another --port, or stop what holds it")]
+
+
+def bind_problem(host: str, port: int) -> str | None:
+    """Why a server could not listen on host:port now, or None; SO_REUSEADDR so TIME_WAIT is no false alarm."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as exc:
+        return f"cannot resolve {host} ({exc.strerror})"
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            return "the port is in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
+    return None

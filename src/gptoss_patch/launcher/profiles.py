@@ -1,0 +1,206 @@
+"""GPU profiles: what to add to `vllm serve` for gpt-oss on each GPU family, limited to what this vLLM supports.
+
+Every setting carries the reason it is there (a known-issue id from docs/gptoss-known-issues.md where one
+applies). A profile item the installed version cannot express becomes a note saying so, never a guess.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gptoss_patch.errors import UsageError
+from gptoss_patch.launcher.results import Setting
+from gptoss_patch.launcher.static import Capabilities
+
+PROFILES = ("sm90", "sm100", "sm120", "sm121", "cpu")
+SM12X = ("sm120", "sm121")
+# nvidia-smi's compute_cap -> profile. B200/GB200 report 10.0, B300 10.3, RTX 50xx/PRO 12.0, GB10 12.1.
+CAPABILITY_PROFILES = {"9.0": "sm90", "10.0": "sm100", "10.3": "sm100", "12.0": "sm120", "12.1": "sm121"}
+
+# gpt-oss raises the maximum CUDA-graph capture size to 1024; vLLM's default list up to it has 83 sizes (G20).
+MAX_CAPTURE_SIZE = 1024
+MARLIN_FAMILY = "MARLIN"
+GB10_MEMORY_UTILIZATION = "0.85"
+
+
+@dataclass(frozen=True)
+class GpuChoice:
+    profile: str
+    source: str  # how it was chosen, for the `gpu` check
+    detected: bool  # False when nvidia-smi was absent and cpu is a fallback
+
+
+@dataclass(frozen=True)
+class ProfileResult:
+    settings: tuple[Setting, ...]
+    notes: tuple[str, ...]
+    moe_pin: Setting | None  # the setting that pins the MXFP4 MoE backend to Marlin, if any
+
+
+# -- choosing the profile ------------------------------------------------------------------------
+
+
+def choose_gpu(requested: str | None, *, run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> GpuChoice:
+    if requested is not None:
+        if requested not in PROFILES:
+            raise UsageError(f"unknown GPU profile {requested!r}; choose one of {', '.join(PROFILES)}")
+        return GpuChoice(requested, "--gpu", detected=True)
+    return detect_gpu(run=run)
+
+
+def detect_gpu(*, run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> GpuChoice:
+    """Ask nvidia-smi for the compute capability; no nvidia-smi means no NVIDIA GPU to configure."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return GpuChoice("cpu", "no nvidia-smi on PATH", detected=False)
+    capabilities = _query_compute_caps(exe, run)
+    if len(capabilities) != 1:
+        found = ", ".join(capabilities) or "no GPU"
+        raise UsageError(f"nvidia-smi reports {found}; pass --gpu {'|'.join(PROFILES)} to choose a profile")
+    cap = capabilities[0]
+    if cap not in CAPABILITY_PROFILES:
+        raise UsageError(f"compute capability {cap} has no gpt-oss profile; pass --gpu {'|'.join(PROFILES)}")
+    return GpuChoice(CAPABILITY_PROFILES[cap], f"nvidia-smi: compute capability {cap}", detected=True)
+
+
+def _query_compute_caps(exe: str, run: Callable[..., subprocess.CompletedProcess]) -> list[str]:
+    try:
+        proc = run([exe, "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UsageError(f"nvidia-smi failed ({exc.__class__.__name__}); pass --gpu to choose a profile") from None
+    if proc.returncode != 0:
+        detail = (proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or ["no output"])[0]
+        raise UsageError(f"nvidia-smi failed: {detail}; pass --gpu to choose a profile")
+    return sorted({line.strip() for line in proc.stdout.splitlines() if line.strip()})
+
+
+# -- CUDA-graph capture sizes (G20) --------------------------------------------------------------
+
+
+def parse_concurrency(text: str | None, *, max_size: int = MAX_CAPTURE_SIZE) -> tuple[int, ...]:
+    """`1,5,10` -> (1, 5, 10): the batch sizes the user runs at, each to get its own CUDA graph."""
+    if text is None:
+        return ()
+    try:
+        sizes = tuple(int(item) for item in text.split(","))
+    except ValueError:
+        sizes = ()
+    if not sizes or any(not 1 <= size <= max_size for size in sizes):
+        raise UsageError(f"--concurrency {text!r}: expected comma-separated batch sizes from 1 to {max_size}, e.g. 1,5,10")
+    return tuple(sorted(set(sizes)))
+
+
+def default_capture_sizes(max_size: int = MAX_CAPTURE_SIZE) -> list[int]:
+    """vLLM's default list: [1, 2, 4] + 8..248 step 8 + 256..max step 16 (G20; 83 sizes up to 1024)."""
+    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, max_size + 1, 16)]
+    return [size for size in sizes if size <= max_size]
+
+
+CAPTURE_SIZE_FLAGS = ("--cudagraph-capture-sizes", "--cuda-graph-sizes")  # 0.11.2+, then 0.10.x-0.11.x
+
+
+def is_capture_setting(setting: Setting) -> bool:
+    if setting.name == "--compilation-config":
+        return "cudagraph_capture_sizes" in "".join(setting.values)
+    return setting.name in CAPTURE_SIZE_FLAGS
+
+
+def capture_sizes_setting(concurrency: tuple[int, ...], caps: Capabilities, max_size: int = MAX_CAPTURE_SIZE) -> Setting:
+    defaults = default_capture_sizes(max_size)
+    added = [size for size in concurrency if size not in defaults]
+    sizes = [str(size) for size in sorted({*defaults, *concurrency})]
+    why = (
+        f"capture CUDA graphs for batch sizes {', '.join(map(str, added)) or 'already in the list'} on top of the "
+        f"{len(defaults)} defaults: a batch of 5 would pad to 8 and 10 to 16 (a 17-25% dip, G20)"
+    )
+    for flag in CAPTURE_SIZE_FLAGS:
+        if caps.has_flag(flag):
+            return Setting.flag(flag, *sizes, why=why)
+    if caps.has_flag("--compilation-config"):
+        return Setting.flag("--compilation-config", json.dumps({"cudagraph_capture_sizes": [int(s) for s in sizes]}), why=why)
+    raise UsageError(f"vLLM {caps.version} has no flag for CUDA-graph capture sizes; drop --concurrency")
+
+
+# -- the profiles --------------------------------------------------------------------------------
+
+
+def profile_settings(profile: str, caps: Capabilities) -> ProfileResult:
+    settings: list[Setting] = []
+    notes: list[str] = []
+    pin: Setting | None = None
+    for rule in _RULES[profile]:
+        outcome = rule(caps)
+        if isinstance(outcome, Setting):
+            settings.append(outcome)
+            pin = outcome if rule is pin_marlin else pin
+        elif outcome:
+            notes.append(outcome)
+    return ProfileResult(tuple(settings), tuple(notes), pin)
+
+
+def pin_marlin(caps: Capabilities) -> Setting | str:
+    """SM12x: name the MXFP4 MoE kernel instead of trusting auto-selection (G14)."""
+    why = (
+        "SM12x: pin the MXFP4 MoE kernel to Marlin, the one stock vLLM auto-selects on SM12x, so that a build "
+        "or ranking that picks CUTLASS FP4 instead shows in the startup log and is stopped (G14)"
+    )
+    spelling = marlin_pin_spelling(caps)
+    if spelling is None:
+        return f"MXFP4 MoE backend not pinned: vLLM {caps.version} reads neither --moe-backend nor VLLM_MXFP4_USE_MARLIN for MXFP4"
+    kind, name, value = spelling
+    return Setting.flag(name, value, why=why) if kind == "flag" else Setting.env(name, value, why=why)
+
+
+def marlin_pin_spelling(caps: Capabilities) -> tuple[str, str, str] | None:
+    """How this version pins MXFP4 MoE to Marlin: the flag where the selector honours it, else the env var.
+
+    `--moe-backend` exists from 0.17 but the MXFP4 selector ignores it until 0.19 (vllm-versions.md C);
+    VLLM_MXFP4_USE_MARLIN is read up to 0.23 (deprecated from 0.22.1) and removed in 0.24 (G15).
+    """
+    if caps.moe.honours_moe_backend and "marlin" in caps.moe.choices and caps.has_flag("--moe-backend"):
+        return ("flag", "--moe-backend", "marlin")
+    if "VLLM_MXFP4_USE_MARLIN" in caps.moe.env_reads and caps.env.knows("VLLM_MXFP4_USE_MARLIN"):
+        return ("env", "VLLM_MXFP4_USE_MARLIN", "1")
+    return None
+
+
+def kv_cache_fp8(caps: Capabilities) -> Setting | str:
+    if not caps.has_flag("--kv-cache-dtype"):
+        return f"--kv-cache-dtype fp8 not set: vLLM {caps.version} has no --kv-cache-dtype"
+    return Setting.flag(
+        "--kv-cache-dtype", "fp8", why="Blackwell has native FP8: an FP8 KV cache halves KV memory, so more sequences fit"
+    )
+
+
+def flashinfer_mxfp4_mxfp8(caps: Capabilities) -> Setting | str:
+    """SM100: FlashInfer's MXFP4 x MXFP8 MoE, only where this version's MXFP4 selector still reads the variable."""
+    name = "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8"
+    if name in caps.moe.env_reads and caps.reads_env(name):
+        why = "SM100: FlashInfer MXFP4 x MXFP8 MoE, faster than the BF16-activation default (vLLM notes it may cost accuracy)"
+        return Setting.env(name, "1", why=why)
+    if caps.env.knows(name):
+        return f"{name} not set: deprecated in vLLM {caps.version} ({caps.env.deprecated.get(name) or 'see envs.py'})"
+    return f"{name} not set: vLLM {caps.version} does not read it (removed in 0.24; G15)"
+
+
+def unified_memory_cap(caps: Capabilities) -> Setting | str:
+    if not caps.has_flag("--gpu-memory-utilization"):
+        return f"--gpu-memory-utilization not set: vLLM {caps.version} has no such flag"
+    why = (
+        "GB10 unified memory: profiling and the page cache are not bounded by this fraction; above 0.85-0.90 "
+        "start-up can freeze the host or be OOM-killed (G17)"
+    )
+    return Setting.flag("--gpu-memory-utilization", GB10_MEMORY_UTILIZATION, why=why)
+
+
+_RULES: dict[str, tuple[Callable[[Capabilities], Setting | str | None], ...]] = {
+    "sm90": (),  # auto-selection is right on Hopper (FA3 sinks, FlashInfer/Triton MXFP4); forcing FLASHINFER attention breaks it (G21)
+    "sm100": (kv_cache_fp8, flashinfer_mxfp4_mxfp8),
+    "sm120": (pin_marlin, kv_cache_fp8),
+    "sm121": (pin_marlin, kv_cache_fp8, unified_memory_cap),
+    "cpu": (),  # no GPU: nothing GPU-specific to set
+}

@@ -1,0 +1,272 @@
+"""Run `vllm serve` as a supervised child: forward signals, tee its log, watch it, and never leave it behind.
+
+The child gets its own process group (so SIGINT/SIGTERM reach vLLM's engine and worker processes as one
+group, and only when we forward them) and, on Linux, a parent-death signal (so even a SIGKILL of the
+launcher takes vLLM down). Every exit path stops the whole group before returning.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from gptoss_patch.errors import TargetError
+from gptoss_patch.launcher import knowledge, sentinel
+from gptoss_patch.launcher.results import LaunchPlan, RunOutcome, SmokeReport
+from gptoss_patch.launcher.smoke import opener_for
+
+HEALTH_INTERVAL = 0.5  # seconds between /health probes while vLLM loads
+STOP_GRACE = 15.0  # vLLM shuts its engine processes down on SIGTERM; SIGKILL after this
+ORPHAN_GRACE = 5.0  # after vLLM exits, how long its leftovers may keep the log pipe open
+TAIL_LINES = 30  # printed after a crash
+DIAGNOSIS_LINES = 200  # searched for a known issue's signature
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """How the caller (commands/serve.py) sees the run; the runner itself never prints."""
+
+    echo: Callable[[str], None]  # one line of vLLM's log, newline included
+    notify: Callable[[str], None]  # the launcher's own narration
+    smoke: Callable[[], SmokeReport] | None = None  # run once, when /health first answers
+
+
+class _Run:
+    """Mutable state shared by the log pump, the health probe and the supervising loop."""
+
+    def __init__(self, child: subprocess.Popen, plan: LaunchPlan) -> None:
+        self.child = child
+        self.plan = plan
+        self.events: queue.Queue[tuple[str, object]] = queue.Queue()
+        self.tail: collections.deque[str] = collections.deque(maxlen=DIAGNOSIS_LINES)
+        self.finished = threading.Event()
+        self.started = time.monotonic()
+        self.signals: list[int] = []
+        self.backend: str | None = None
+        self.ready_after: float | None = None
+        self.stopped_for: str | None = None
+        self.smoke: SmokeReport | None = None
+
+
+def run(plan: LaunchPlan, *, log_file: Path, health_url: str, hooks: Hooks) -> RunOutcome:
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_file, "a", encoding="utf-8") as log:
+        child = spawn(plan)
+        state = _Run(child, plan)
+        try:
+            with _forwarding_signals(state):
+                pump = _start(_pump_log, state, child.stdout, log, hooks.echo)
+                _start(_probe_health, state, health_url)
+                _supervise(state, hooks)
+                pump.join(timeout=5)
+        finally:
+            state.finished.set()
+            stop(child)
+    return _outcome(state, log_file)
+
+
+def spawn(plan: LaunchPlan) -> subprocess.Popen:
+    try:
+        return subprocess.Popen(
+            plan.argv,
+            env=plan.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+        )
+    except OSError as exc:
+        raise TargetError(f"cannot start {plan.executable}: {exc.strerror or exc}") from None
+
+
+def _die_with_parent() -> None:
+    """prctl(PR_SET_PDEATHSIG, SIGTERM): the kernel signals vLLM if the launcher dies, even by SIGKILL."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
+def _start(target: Callable[..., None], *args: object) -> threading.Thread:
+    thread = threading.Thread(target=target, args=args, daemon=True)
+    thread.start()
+    return thread
+
+
+# -- watching ------------------------------------------------------------------------------------
+
+
+def _pump_log(state: _Run, stream: IO[bytes], log: IO[str], echo: Callable[[str], None]) -> None:
+    """Tee every line to the terminal and the log file; report the MoE backend line when it passes."""
+    for raw in iter(stream.readline, b""):
+        line = raw.decode("utf-8", "replace")
+        echo(line)
+        log.write(line)
+        log.flush()
+        state.tail.append(line.rstrip("\n"))
+        backend = sentinel.moe_backend_in(line)
+        if backend is not None:
+            state.events.put(("backend", backend))
+    state.events.put(("eof", None))
+
+
+def _probe_health(state: _Run, url: str) -> None:
+    opener = opener_for(url)
+    while not state.finished.is_set() and state.child.poll() is None:
+        try:
+            with opener.open(urllib.request.Request(url), timeout=2) as response:
+                if response.status == 200:
+                    state.events.put(("ready", time.monotonic() - state.started))
+                    return
+        except OSError:  # URLError, refused, reset: not up yet
+            pass
+        state.finished.wait(HEALTH_INTERVAL)
+
+
+def _supervise(state: _Run, hooks: Hooks) -> None:
+    log_done = False
+    exited_at: float | None = None
+    while not (log_done and state.child.poll() is not None):
+        if state.child.poll() is not None:
+            exited_at = exited_at or time.monotonic()
+            if time.monotonic() - exited_at > ORPHAN_GRACE:
+                return  # vLLM exited but a leftover process holds its log pipe; stop() takes the group down
+        try:
+            kind, detail = state.events.get(timeout=0.2)
+        except queue.Empty:
+            continue
+        if kind == "eof":
+            log_done = True
+        elif kind == "backend":
+            _on_backend(state, str(detail), hooks)
+        elif kind == "ready":
+            _on_ready(state, float(detail), hooks)
+
+
+def _on_backend(state: _Run, backend: str, hooks: Hooks) -> None:
+    state.backend = backend
+    expected = state.plan.expected_moe
+    if not sentinel.contradicts(backend, expected):
+        hooks.notify(f"MoE backend: {backend}" + (f" (as pinned by the {state.plan.profile} profile)" if expected else ""))
+        return
+    state.stopped_for = (
+        f"vLLM selected the {backend} MXFP4 MoE backend, but the {state.plan.profile} profile pinned {expected} (G14)"
+    )
+    hooks.notify(f"stopping vLLM: {state.stopped_for}")
+    _signal_group(state.child, signal.SIGTERM)
+
+
+def _on_ready(state: _Run, after: float, hooks: Hooks) -> None:
+    state.ready_after = after
+    hooks.notify(f"ready: /health answered after {after:.1f} s")
+    if hooks.smoke is None or state.stopped_for:
+        return
+    state.smoke = hooks.smoke()
+    if not state.smoke.ok and state.child.poll() is None:
+        state.stopped_for = "the smoke canary failed"
+        _signal_group(state.child, signal.SIGTERM)
+
+
+# -- signals and stopping ------------------------------------------------------------------------
+
+
+@contextmanager
+def _forwarding_signals(state: _Run):
+    """SIGINT/SIGTERM/SIGHUP go to vLLM's process group; a second one of them kills the group."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def forward(signum: int, _frame: object) -> None:
+        state.signals.append(signum)
+        _signal_group(state.child, signal.SIGKILL if len(state.signals) > 1 else signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def stop(child: subprocess.Popen, grace: float = STOP_GRACE) -> None:
+    """Stop the child and everything in its process group: SIGTERM, then SIGKILL after `grace` seconds."""
+    if child.poll() is None:
+        _signal_group(child, signal.SIGTERM)
+        try:
+            child.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            _signal_group(child, signal.SIGKILL)
+            child.wait()
+    _reap_group(child.pid, grace)
+
+
+def _reap_group(pgid: int, grace: float) -> None:
+    """vLLM's engine and worker processes may outlive the API server; they share its group."""
+    deadline = time.monotonic() + grace
+    sent_term = False
+    while _group_alive(pgid):
+        if time.monotonic() > deadline:
+            _killpg(pgid, signal.SIGKILL)
+            return
+        if not sent_term:
+            _killpg(pgid, signal.SIGTERM)
+            sent_term = True
+        time.sleep(0.05)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _signal_group(child: subprocess.Popen, signum: int) -> None:
+    _killpg(child.pid, signum)
+
+
+def _killpg(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+# -- outcome -------------------------------------------------------------------------------------
+
+
+def _outcome(state: _Run, log_file: Path) -> RunOutcome:
+    code = state.child.returncode
+    exit_code = 128 - code if code < 0 else code  # killed by signal N -> 128 + N, like a shell
+    crashed = exit_code != 0 and state.stopped_for is None and not state.signals
+    tail = list(state.tail)
+    return RunOutcome(
+        exit_code=exit_code,
+        log_file=log_file,
+        ready_after=state.ready_after,
+        moe_backend=state.backend,
+        stopped_for=state.stopped_for,
+        last_lines=tuple(tail[-TAIL_LINES:]) if crashed else (),
+        known_issue=knowledge.diagnose(tail) if crashed else None,
+        smoke=state.smoke,
+    )

@@ -1,0 +1,184 @@
+"""The smoke canary: one chat completion at temperature 0 whose answer can be checked mechanically.
+
+It catches, over HTTP, what no static check can: `content: null` (G08, G14), a kernel that loops or emits
+garbage (G14), and a system prompt the model never saw (G02). Stdlib only (urllib), like the rest of the tool.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections import Counter
+from typing import Any
+
+from gptoss_patch.launcher.results import Check, SmokeReport, Status
+
+MARKER = "PAPAYA-7"
+SYSTEM_PROMPT = f"You are a terse assistant. End every reply with the code word {MARKER}."
+USER_PROMPT = "What is the capital of France? Answer in one short sentence."
+MAX_TOKENS = 512  # room for the analysis channel before the final answer (canary, known-issues doc)
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def run_smoke(base_url: str, *, model: str | None = None, api_key: str | None = None, timeout: float = 300.0) -> SmokeReport:
+    base_url = base_url.rstrip("/")
+    try:
+        model = model or first_model(base_url, api_key, timeout)
+    except _Unreachable as exc:
+        return SmokeReport(base_url, model or "?", (Check("http", Status.FAIL, str(exc), fix="is the server up? check the URL"),))
+    started = time.perf_counter()
+    status, payload, error = _post_json(base_url + "/v1/chat/completions", _request_body(model), api_key, timeout)
+    elapsed = time.perf_counter() - started
+    if status != 200:
+        detail = error or f"HTTP {status}"
+        return SmokeReport(base_url, model, (Check("http", Status.FAIL, detail, fix="read the server log for the request's error"),))
+    return evaluate(base_url, model, payload, elapsed)
+
+
+def _request_body(model: str) -> dict[str, Any]:
+    return {
+        "model": model,
+        "messages": [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": USER_PROMPT}],
+        "temperature": 0,
+        "max_tokens": MAX_TOKENS,
+    }
+
+
+def evaluate(url: str, model: str, payload: dict[str, Any], elapsed: float) -> SmokeReport:
+    choice = (payload.get("choices") or [{}])[0]
+    message = choice.get("message") or {}
+    content = message.get("content")
+    reasoning = message.get("reasoning") or message.get("reasoning_content") or ""
+    rate, usage_check = _throughput(payload, elapsed)
+    checks = (
+        Check("http", Status.PASS, f"HTTP 200 in {elapsed:.1f} s"),
+        _content_check(content, reasoning),
+        _finish_reason_check(choice.get("finish_reason"), content),
+        _repetition_check(f"{content or ''}\n{reasoning}"),
+        _instruction_check(content),
+        usage_check,
+    )
+    return SmokeReport(url, model, checks, content=content, tokens_per_second=rate)
+
+
+def _content_check(content: str | None, reasoning: str) -> Check:
+    if content and content.strip():
+        return Check("content", Status.PASS, f"{len(content)} characters")
+    where = f"; {len(reasoning)} characters landed in `reasoning`" if reasoning else ""
+    state = "null" if content is None else "empty"
+    return Check("content", Status.FAIL, f"content is {state}{where}", fix="see G08 (parser, max_tokens) and, on GB10, G14", issue="G08")
+
+
+def _finish_reason_check(reason: str | None, content: str | None) -> Check:
+    if reason == "stop":
+        return Check("finish_reason", Status.PASS, "stop")
+    hint = " inside the analysis channel" if reason == "length" and not content else ""
+    message = f"finish_reason is {reason!r}, not 'stop'" + (f": max_tokens ({MAX_TOKENS}) ran out{hint}" if reason == "length" else "")
+    return Check("finish_reason", Status.FAIL, message, fix="a looping or garbled model never stops; see G14", issue="G08")
+
+
+def _repetition_check(text: str) -> Check:
+    found = find_repetition(text)
+    if found is None:
+        return Check("repetition", Status.PASS, "no repeated n-gram loop")
+    unit, count = found
+    message = f"degenerate repetition: {unit[:40]!r} x{count}"
+    return Check("repetition", Status.FAIL, message, fix="the MoE kernel is suspect: check the backend line in the startup log (G14)", issue="G14")
+
+
+def _instruction_check(content: str | None) -> Check:
+    if content and MARKER.lower() in content.lower():
+        return Check("instruction", Status.PASS, f"system prompt obeyed (the reply carries {MARKER})")
+    message = f"the reply ignores the system prompt (no {MARKER})"
+    return Check("instruction", Status.FAIL, message, fix="gptoss-patch status: harmony_instructions must be applied (G02)", issue="G02")
+
+
+def _throughput(payload: dict[str, Any], elapsed: float) -> tuple[float | None, Check]:
+    tokens = (payload.get("usage") or {}).get("completion_tokens")
+    if not isinstance(tokens, int) or elapsed <= 0:
+        return None, Check("throughput", Status.WARN, "no usage.completion_tokens in the response")
+    rate = tokens / elapsed
+    return rate, Check("throughput", Status.PASS, f"{tokens} output tokens in {elapsed:.2f} s: {rate:.1f} tok/s (end to end)")
+
+
+# -- repetition ----------------------------------------------------------------------------------
+
+_CHAR_LOOP = re.compile(r"(\S.{0,31}?)\1{9,}", re.S)  # one unit back to back 10+ times: "!!!!!!!!!!", "abcabc..."
+
+
+def find_repetition(text: str, *, n: int = 4, min_repeats: int = 4, min_coverage: float = 0.3) -> tuple[str, int] | None:
+    """A looping unit and its count, or None.
+
+    Two signatures of a degenerate decode: a short unit repeated back to back (garbage like `!!!!`), and a
+    word n-gram that recurs often enough to cover a large share of the text ("The user is asking about...").
+    """
+    match = _CHAR_LOOP.search(text)
+    if match:
+        return match[1], len(match[0]) // len(match[1])
+    words = text.split()
+    grams = Counter(tuple(words[i : i + n]) for i in range(len(words) - n + 1))
+    if not grams:
+        return None
+    gram, count = grams.most_common(1)[0]
+    if count >= min_repeats and count * n >= min_coverage * len(words):
+        return " ".join(gram), count
+    return None
+
+
+# -- HTTP ----------------------------------------------------------------------------------------
+
+
+class _Unreachable(Exception):
+    pass
+
+
+def first_model(base_url: str, api_key: str | None, timeout: float) -> str:
+    status, payload, error = _request("GET", base_url + "/v1/models", None, api_key, timeout)
+    models = [m.get("id") for m in (payload or {}).get("data", []) if isinstance(m, dict)]
+    if status != 200 or not models:
+        raise _Unreachable(error or f"GET /v1/models answered HTTP {status} with no model")
+    return models[0]
+
+
+def _post_json(url: str, body: dict[str, Any], api_key: str | None, timeout: float):
+    return _request("POST", url, body, api_key, timeout)
+
+
+def _request(method: str, url: str, body: dict[str, Any] | None, api_key: str | None, timeout: float):
+    """(status, JSON payload or None, error text or None); never raises for HTTP or connection errors."""
+    headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, headers=headers, method=method)
+    try:
+        with opener_for(url).open(request, timeout=timeout) as response:
+            return response.status, _json(response.read()), None
+    except urllib.error.HTTPError as exc:
+        text = exc.read().decode("utf-8", "replace").strip().splitlines()
+        return exc.code, None, f"HTTP {exc.code}: {text[0][:200] if text else exc.reason}"
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        if method == "GET":
+            raise _Unreachable(f"cannot reach {url}: {reason}") from None
+        return 0, None, f"cannot reach {url}: {reason}"
+
+
+def _json(raw: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def opener_for(url: str) -> urllib.request.OpenerDirector:
+    """No proxy for loopback (a corporate http_proxy must not intercept 127.0.0.1); environment proxies otherwise."""
+    host = urllib.parse.urlsplit(url).hostname or ""
+    if host in LOOPBACK_HOSTS or host.startswith("127."):
+        return urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    return urllib.request.build_opener()

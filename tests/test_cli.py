@@ -1,0 +1,125 @@
+"""Each command at its boundary: exit codes, exact stderr lines, --json on stdout."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gptoss_patch.cli import app
+from tests import fakesite
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def venv(tmp_path: Path):
+    inst = fakesite.build(tmp_path / "venv")
+    return inst, str(tmp_path / "venv")
+
+
+def run(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def detected_line(inst) -> str:
+    return f"Detected vllm 0.17.1 at {inst.site_packages} (python {inst.python})"
+
+
+def test_status_json_has_the_documented_shape_and_exit_1_when_pending(venv):
+    inst, path = venv
+    result = run("status", "--venv", path, "--json")
+    assert result.exit_code == 1
+    payload = json.loads(result.stdout)
+    assert payload["vllm"] == {"version": "0.17.1", "location": str(inst.site_packages), "python": inst.python}
+    assert {p["id"]: p["state"] for p in payload["patches"]} == {
+        "harmony_instructions": "pending", "marlin_atomic_add_sm121": "pending", "mxfp4_fp4_import": "not-needed",
+    }
+    assert set(payload["patches"][0]) >= {"id", "state", "file", "reason"}
+    assert result.stderr.splitlines() == [detected_line(inst)]
+
+
+def test_apply_narrates_what_it_patched_then_status_is_clean(venv):
+    inst, path = venv
+    result = run("apply", "--venv", path, "--vllm", "0.17.1")
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        detected_line(inst),
+        "Patched vllm/entrypoints/openai/chat_completion/serving.py (harmony_instructions)",
+        "Patched vllm/model_executor/layers/quantization/utils/marlin_utils.py (marlin_atomic_add_sm121)",
+        "Done: 2 changed, 1 not-needed",
+    ]
+    assert run("status", "--venv", path).exit_code == 0
+
+
+def test_dry_run_prints_the_diff_and_writes_nothing(venv):
+    inst, path = venv
+    result = run("apply", "--venv", path, "--dry-run")
+    assert result.exit_code == 0
+    assert result.stdout.startswith("--- a/vllm/")
+    assert "Would patch vllm/entrypoints/openai/chat_completion/serving.py (harmony_instructions)" in result.stderr
+    assert run("status", "--venv", path).exit_code == 1
+
+
+def test_diff_is_empty_once_everything_is_applied(venv):
+    _, path = venv
+    assert "+++ b/vllm/" in run("diff", "--venv", path).stdout
+    run("apply", "--venv", path)
+    assert run("diff", "--venv", path).stdout == ""
+
+
+def test_revert_and_verify(venv):
+    _, path = venv
+    run("apply", "--venv", path)
+    assert run("verify", "--venv", path).exit_code == 0
+    result = run("revert", "--venv", path)
+    assert result.exit_code == 0
+    assert "Reverted vllm/model_executor/layers/quantization/utils/marlin_utils.py (marlin_atomic_add_sm121)" in result.stderr
+    assert run("verify", "--venv", path).exit_code == 1  # pending again: action needed
+
+
+def test_list_names_every_patch_with_its_range(venv):
+    payload = json.loads(run("list", "--json").stdout)
+    by_id = {p["id"]: p for p in payload}
+    assert by_id["harmony_instructions"]["fixed_in"] == "0.23.0"
+    assert "never uses atomic add" in by_id["marlin_atomic_add_sm121"]["note"]
+
+
+@pytest.mark.parametrize(
+    "args, code, message",
+    [
+        pytest.param(("status", "--only", "nope"), 2, "error: unknown patch id 'nope'", id="unknown-id"),
+        pytest.param(("apply", "--vllm", "0.17.x"), 2, "error: invalid version '0.17.x'", id="invalid-version"),
+        pytest.param(("apply", "--vllm", "0.17.0"), 4, "error: --vllm 0.17.0 was asserted, but", id="mismatched-version"),
+        pytest.param(("status", "--python", "/no/such/python"), 4, "error: --python /no/such/python: no such executable", id="no-interpreter"),
+        pytest.param(("status", "--python", "/bin/true"), 4, "error: /bin/true is not a usable Python interpreter", id="not-python"),
+    ],
+)
+def test_bad_input_gets_one_clear_line_and_a_documented_exit_code(venv, args, code, message):
+    _, path = venv
+    extra = ("--venv", path) if "--python" not in args else ()
+    result = run(*args, *extra)
+    assert result.exit_code == code
+    assert result.stderr.startswith(message), result.stderr
+
+
+def test_no_vllm_installed_names_the_interpreter(tmp_path):
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "empty")], check=True)
+    result = run("status", "--venv", str(tmp_path / "empty"))
+    assert result.exit_code == 4
+    assert result.stderr.splitlines()[0] == f"error: vLLM is not installed for {tmp_path / 'empty' / 'bin' / 'python'}"
+
+
+def test_directory_that_is_not_a_venv(tmp_path):
+    result = run("status", "--venv", str(tmp_path))
+    assert result.exit_code == 4
+    assert result.stderr.splitlines()[0] == f"error: {tmp_path} is not a virtualenv (no pyvenv.cfg)"
+
+
+def test_module_entry_point_prints_help():
+    proc = subprocess.run([sys.executable, "-m", "gptoss_patch", "--help"], capture_output=True, text=True, check=True)
+    assert "apply" in proc.stdout and "status" in proc.stdout

@@ -1,0 +1,49 @@
+"""Meta-tests: every patch id ties its module, tests, dossier, golden diffs and the CHANGELOG together."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from gptoss_patch.registry import all_specs
+from gptoss_patch.spec import module_id
+from gptoss_patch.versions import KNOWN_RELEASES, specifier
+from tests.test_golden import golden_versions
+
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = [pytest.param(spec, id=spec.id) for spec in all_specs()]
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_patch_is_fully_documented_and_tested(spec):
+    assert spec.id == module_id(spec.codemod.__module__)
+    assert spec.summary and spec.upstream and spec.bands
+    assert (ROOT / "tests" / "patches" / f"test_{spec.id}.py").exists()
+    assert (ROOT / "patches" / spec.id / "README.md").exists()
+    assert spec.id in (ROOT / "patches" / "README.md").read_text()
+    assert spec.id in (ROOT / "CHANGELOG.md").read_text()
+    for version in golden_versions(spec):
+        assert (ROOT / "patches" / spec.id / f"vllm-{version}.diff").exists()
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_ranges_are_valid_and_bands_do_not_overlap(spec):
+    for band in spec.bands:
+        specifier(band.versions)
+    for version in KNOWN_RELEASES:
+        assert sum(version in specifier(b.versions) for b in spec.bands) <= 1
+
+
+def test_the_patch_set_each_release_gets():
+    """What `vllm==X` gets, pinned so a reviewer sees any change (fixed-upstream patches drop out)."""
+
+    def patch_set(version: str) -> list[str]:
+        v = Version(version)
+        return [s.id for s in all_specs() if s.band_for(v) and not (s.fixed_in and v >= Version(s.fixed_in))]
+
+    assert "harmony_instructions" in patch_set("0.17.1")
+    assert "harmony_instructions" not in patch_set("0.23.0")
+    assert "marlin_atomic_add_sm121" in patch_set("0.33.0")
+    assert patch_set("0.14.1") == []
