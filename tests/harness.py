@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import importlib
 import json
 import os
 import shutil
@@ -27,14 +28,20 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from packaging.requirements import Requirement
+from packaging.version import Version
 
 from gptoss_patch import vocab
+from gptoss_patch.behaviour import START_DATE
+from gptoss_patch.patches._base import run_codemod
+from gptoss_patch.probes import MARKER, RENDER
+from gptoss_patch.spec import PackageView
 
 HERE = Path(__file__).parent
 REQUIREMENTS = HERE / "harness-requirements.txt"
@@ -101,6 +108,46 @@ def replace_file(path: Path, text: str) -> None:
         out.write(text)
     os.chmod(temp, 0o644)
     os.replace(temp, path)
+
+
+def apply_patches(python: Path, patch_ids: Sequence[str]) -> None:
+    """Apply patches to a (cloned) harness venv with their codemods, writing by rename.
+
+    A stand-in for `gptoss-patch apply` so probes can be tested on patched code directly.
+    """
+    root = site_packages(python) / "vllm"
+    version = Version(installed_vllm(python))
+    for patch_id in patch_ids:
+        spec = importlib.import_module(f"gptoss_patch.patches.{patch_id}").SPEC
+        band = spec.band_for(version)
+        if band is None:
+            raise HarnessError(f"{patch_id} does not apply to vllm {version} ({spec.versions})")
+        path = root / band.target
+        with path.open(encoding="utf-8", newline="") as handle:
+            source = handle.read()
+        replace_file(path, run_codemod(spec.codemod(), source, PackageView(root)))
+
+
+def installed_vllm(python: Path) -> str:
+    found = sorted(site_packages(python).glob("vllm-*.dist-info"))
+    if not found:
+        raise HarnessError(f"no vllm installed for {python}")
+    return found[0].name.removeprefix("vllm-").removesuffix(".dist-info")
+
+
+def render_table(python: Path, cases: Mapping[str, Mapping[str, Any]], *, settings: Sequence[str] = ("unset", "1"), repeat: int = 0) -> dict[str, Any]:
+    """Render chat requests through the installed builder (probes/render.py), in one process.
+
+    Pinned VLLM_SYSTEM_START_DATE, the venv's own vocabulary; returns render.py's JSON payload.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "TIKTOKEN_"))}
+    env.update(VLLM_SYSTEM_START_DATE=START_DATE, VLLM_LOGGING_LEVEL="ERROR", TIKTOKEN_ENCODINGS_BASE=str(vocab_dir(python)))
+    table = json.dumps({"cases": cases, "settings": list(settings), "repeat": repeat})
+    proc = subprocess.run([str(python), str(RENDER)], input=table, capture_output=True, text=True, env=env, check=False)
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(MARKER):
+            return json.loads(line[len(MARKER) :])
+    raise HarnessError(f"render.py failed in {python}: {_last_line(proc.stderr)}")
 
 
 # --- wheels ---------------------------------------------------------------------------------------

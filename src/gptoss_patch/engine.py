@@ -176,6 +176,14 @@ def transform(spec: PatchSpec, text: str, package: PackageView) -> str:
 # -- apply / diff -------------------------------------------------------------------------------
 
 
+def prefetch_libcst() -> None:
+    """Import libcst in a thread while the target probe runs in its subprocess (the GIL is free
+    while we wait on it), so `apply` does not pay the two one after the other."""
+    import threading
+
+    threading.Thread(target=__import__, args=("libcst",), daemon=True).start()
+
+
 @dataclass(frozen=True)
 class FilePlan:
     rel: str
@@ -244,7 +252,7 @@ def _plan_apply(
     for rel in diff_blobs:
         by_file.setdefault(rel, [])
     plans = [_plan_file(ctx, rel, todo, diff_blobs.get(rel, [])) for rel, todo in by_file.items()]
-    diffs = {p.rel: unified_diff(p.rel, p.before or b"", p.after) for p in plans}
+    diffs = {p.rel: unified_diff(p.rel, p.before or b"", p.after) if dry_run else "" for p in plans}
     done = {s.id for todo in by_file.values() for s in todo}
     after = {"state": State.PENDING, "reason": "would be patched"} if dry_run else {"state": State.APPLIED, "reason": "patched"}
     results = [replace(r, changed=True, diff=diffs[r.file], **after) if r.id in done else r for r in results]

@@ -52,3 +52,9 @@ class Locked(GptossPatchError):
 
 class WriteFailed(GptossPatchError):
     exit_code = ExitCode.IO
+
+
+class CheckFailed(GptossPatchError):
+    """A launcher check failed: pre-flight, the startup-log sentinel or the smoke canary (serve/doctor/smoke)."""
+
+    exit_code = ExitCode.ACTION_NEEDED

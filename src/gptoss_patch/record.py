@@ -34,7 +34,8 @@ def registered(record: Path) -> set[str]:
 
 def register(record: Path, relpaths: list[str]) -> None:
     """Append `relpath,,` rows for files we are about to create (before creating them)."""
-    missing = [p for p in relpaths if p not in registered(record)]
+    known = registered(record)
+    missing = [p for p in relpaths if p not in known]
     if not missing:
         return
     data = record.read_bytes()

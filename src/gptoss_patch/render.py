@@ -9,7 +9,6 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from gptoss_patch.spec import PatchResult, Report, State
 
@@ -47,6 +46,8 @@ def json_out(payload: Any) -> None:
 
 
 def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[str]], *, to_stdout: bool = True) -> None:
+    from rich.table import Table  # only tables need it; keep the hot paths' imports light
+
     grid = Table(title=title, title_justify="left", show_lines=False)
     for column in columns:
         grid.add_column(column, overflow="fold")
@@ -90,3 +91,28 @@ def tally(results: Sequence[PatchResult]) -> str:
         key = "changed" if r.changed else r.state.value
         counts[key] = counts.get(key, 0) + 1
     return ", ".join(f"{n} {k}" for k, n in counts.items()) or "no patches selected"
+
+
+# -- launcher: serve / doctor / smoke ------------------------------------------------------------
+
+CHECK_STYLE = {"pass": "green", "warn": "yellow", "fail": "red"}
+
+
+def checks_table(checks: Sequence[Any], *, title: str | None = None, to_stdout: bool = True) -> None:
+    """Pre-flight or smoke verdicts (launcher.results.Check): name, result, detail, fix, known issue."""
+    rows = [
+        (escape(c.name), f"[{CHECK_STYLE[c.status.value]}]{c.status.value}[/]", escape(c.message), escape(c.fix), c.issue)
+        for c in checks
+    ]
+    table(title, ("check", "result", "detail", "fix", "issue"), rows, to_stdout=to_stdout)
+
+
+def notes(lines: Iterable[str]) -> None:
+    for line in lines:
+        err.print(f"[dim]note:[/] {escape(line)}")
+
+
+def passthrough(text: str) -> None:
+    """vLLM's own log lines and generated scripts: verbatim on stdout, flushed (a log is read live)."""
+    sys.stdout.write(text)
+    sys.stdout.flush()

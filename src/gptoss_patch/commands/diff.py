@@ -1,7 +1,5 @@
 """`gptoss-patch diff`: the unified diff `apply` would write (git apply -p1 from site-packages)."""
 
-from __future__ import annotations
-
 import typer
 
 from gptoss_patch import engine, render

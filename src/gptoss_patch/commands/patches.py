@@ -1,7 +1,5 @@
 """`gptoss-patch list`: every patch with its id, versions, target, upstream references and summary."""
 
-from __future__ import annotations
-
 import typer
 
 from gptoss_patch import registry, render

@@ -1,7 +1,5 @@
 """`gptoss-patch revert`: restore the original bytes, offline, from the ledger."""
 
-from __future__ import annotations
-
 from typing import Annotated
 
 import typer

@@ -1,7 +1,5 @@
 """`gptoss-patch status`: one line per patch; exit 1 when anything is pending, drifted or modified."""
 
-from __future__ import annotations
-
 import typer
 
 from gptoss_patch import engine, render

@@ -1,7 +1,5 @@
 """`gptoss-patch verify`: patched files compile in the target interpreter and carry their shapes."""
 
-from __future__ import annotations
-
 import typer
 
 from gptoss_patch import engine, render

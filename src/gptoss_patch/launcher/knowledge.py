@@ -32,6 +32,8 @@ NO_EFFECT_ON_GPT_OSS = {
     "VLLM_NVFP4_GEMM_BACKEND": "selects the dense NVFP4 GEMM only, never gpt-oss's MXFP4 MoE",
     "VLLM_MARLIN_USE_ATOMIC_ADD": "reaches dense Marlin layers only; the Marlin MoE path always passes use_atomic_add=False",
 }
+# The --moe-backend choices that can run gpt-oss's MXFP4 experts on NVIDIA GPUs (vllm-versions.md C5).
+GPT_OSS_MOE_BACKENDS = ("marlin", "triton", "flashinfer_trtllm", "flashinfer_cutlass")
 # Flags that folklore scripts pass but no stock release has (vllm-versions.md D2).
 FOLKLORE_FLAGS = {
     "--mxfp4-backend": "no stock release has it (fork patch sets only)",
@@ -62,10 +64,12 @@ def _mxfp4_backend_replacement(value: str, caps: Capabilities) -> str | None:
             return None
         kind, name, setting = spelling
         return f"{name} {setting}" if kind == "flag" else f"{name}={setting}"
-    if wanted and caps.moe.honours_moe_backend and caps.has_flag("--moe-backend"):
-        choices = ", ".join(caps.moe.choices) or "see vllm serve --help"
-        return f"--moe-backend <one of: {choices}>"
-    return None
+    if not (wanted and caps.moe.honours_moe_backend and caps.has_flag("--moe-backend")):
+        return None
+    if wanted in caps.moe.choices:
+        return f"--moe-backend {wanted}"
+    relevant = [choice for choice in GPT_OSS_MOE_BACKENDS if choice in caps.moe.choices]
+    return f"--moe-backend <{'|'.join(relevant) or 'see vllm serve --help=moe-backend'}>"
 
 
 def registered_but_unread(name: str, caps: Capabilities) -> bool:

@@ -26,11 +26,11 @@ LOOPBACK = "127.0.0.1"
 
 @dataclass(frozen=True)
 class LaunchOptions:
-    """What the user asked for on the command line (serve and doctor share it)."""
+    """What the user asked for (serve and doctor share it), validated by `launch_options`."""
 
     model: str | None
-    gpu: str | None = None
-    concurrency: str | None = None
+    gpu: profiles.GpuChoice
+    concurrency: tuple[int, ...] = ()
     host: str = LOOPBACK
     port: int = 8000
     extra_args: tuple[str, ...] = ()
@@ -39,19 +39,26 @@ class LaunchOptions:
     expect_reasoning: bool = False
 
 
+def launch_options(
+    model: str | None, *, gpu: str | None = None, concurrency: str | None = None, port: int = 8000, **rest
+) -> LaunchOptions:
+    """Validate the cheap parts of the input first, so bad input stops before any target lookup."""
+    if not 1 <= port <= 65535:
+        raise UsageError(f"--port {port}: expected a TCP port from 1 to 65535")
+    parsed = profiles.parse_concurrency(concurrency)
+    return LaunchOptions(model=model, gpu=profiles.choose_gpu(gpu), concurrency=parsed, port=port, **rest)
+
+
 def resolve(inst, options: LaunchOptions, environ: Mapping[str, str] | None = None) -> LaunchPlan:
     environ = dict(os.environ if environ is None else environ)
-    gpu = profiles.choose_gpu(options.gpu)
-    concurrency = profiles.parse_concurrency(options.concurrency)
-    _check_port_number(options.port)
     caps = static.read_capabilities(inst.package_root, inst.version)
     report = _patch_status(inst)
-    profile = profiles.profile_settings(gpu.profile, caps)
+    profile = profiles.profile_settings(options.gpu.profile, caps)
     wanted = [
         Setting.flag("--host", options.host, why="bind loopback unless asked otherwise: vLLM serves without auth by default"),
         Setting.flag("--port", str(options.port), why="the port /health and the smoke canary are checked on"),
         *profile.settings,
-        *_capture_sizes(concurrency, caps, options.extra_args),
+        *_capture_sizes(options.concurrency, caps, options.extra_args),
         *_environ_validation(caps),
         *_harmony_instructions(report, caps),
         *_vocabulary(inst, environ),
@@ -61,8 +68,8 @@ def resolve(inst, options: LaunchOptions, environ: Mapping[str, str] | None = No
         installation=inst,
         executable=Path(inst.python).parent / "vllm",
         model=options.model or "",
-        profile=gpu.profile,
-        profile_source=gpu.source,
+        profile=options.gpu.profile,
+        profile_source=options.gpu.source,
         settings=tuple(kept),
         notes=(*profile.notes, *dropped, *_harmony_note(report)),
         extra_args=tuple(options.extra_args),
@@ -72,11 +79,6 @@ def resolve(inst, options: LaunchOptions, environ: Mapping[str, str] | None = No
         capabilities=caps,
         options=options,
     )
-
-
-def _check_port_number(port: int) -> None:
-    if not 1 <= port <= 65535:
-        raise UsageError(f"--port {port}: expected a TCP port from 1 to 65535")
 
 
 def _patch_status(inst):
@@ -185,3 +187,22 @@ def connect_host(host: str) -> str:
 def effective(plan: LaunchPlan, flag: str) -> str | None:
     """The value vLLM will use for `flag`: argparse keeps the last occurrence."""
     return static.last_value(plan.argv[3:], flag)
+
+
+def server_url(plan: LaunchPlan) -> str:
+    host = connect_host(effective(plan, "--host") or "")
+    host = f"[{host}]" if ":" in host else host
+    return f"http://{host}:{effective(plan, '--port') or 8000}"
+
+
+def health_url(plan: LaunchPlan) -> str:
+    return server_url(plan) + "/health"
+
+
+def served_model(plan: LaunchPlan) -> str:
+    """The name clients must send: the first --served-model-name, else the model argument."""
+    return effective(plan, "--served-model-name") or plan.model
+
+
+def api_key(plan: LaunchPlan) -> str | None:
+    return effective(plan, "--api-key") or plan.env.get("VLLM_API_KEY") or None

@@ -34,19 +34,22 @@ def run_checks(plan: LaunchPlan) -> tuple[Check, ...]:
     )
 
 
-def require_launchable(plan: LaunchPlan) -> None:
-    """Bad input that must stop `serve` with one line before anything else is reported or started."""
+def require_launchable(plan: LaunchPlan, *, port: bool = True) -> None:
+    """Bad input that must stop `serve` with one line before anything else is reported or started.
+
+    `port=False` for --print-script: the script runs later, perhaps elsewhere.
+    """
     errors = {"executable": TargetError, "model": UsageError, "port": UsageError}
     for check in launchability(plan):
-        if check.status is Status.FAIL:
-            raise errors[check.name](check.message, hint=check.fix or None)
+        if check.status is Status.FAIL and (port or check.name != "port"):
+            raise errors[check.name](f"{check.message}; {check.fix}")  # one line, the fix included
 
 
 # -- target and patches --------------------------------------------------------------------------
 
 
 def check_gpu(plan: LaunchPlan) -> list[Check]:
-    if plan.profile_source.startswith("no nvidia-smi"):
+    if not plan.options.gpu.detected:
         return [Check("gpu", Status.WARN, "no nvidia-smi on PATH: cpu profile, no GPU settings", fix="pass --gpu sm90|sm100|sm120|sm121 on a GPU host")]
     return [Check("gpu", Status.PASS, f"profile {plan.profile} ({plan.profile_source})")]
 
@@ -101,6 +104,8 @@ def _unknown_env(name: str, value: str, plan: LaunchPlan) -> Check:
     if close:
         message += f"; did you mean {close[0]}?"
     fix = f"use {replacement} instead" if replacement else f"unset {name}"
+    if name in knowledge.NO_EFFECT_ON_GPT_OSS:  # its replacement would not help gpt-oss either
+        fix = f"unset {name}: it {knowledge.NO_EFFECT_ON_GPT_OSS[name]}"
     return Check("env", Status.FAIL, message, fix=fix, issue="G15")
 
 

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gptoss_patch.errors import UsageError
+from gptoss_patch.launcher import PROFILES
 from gptoss_patch.launcher.results import Setting
 from gptoss_patch.launcher.static import Capabilities
 
-PROFILES = ("sm90", "sm100", "sm120", "sm121", "cpu")
 SM12X = ("sm120", "sm121")
 # nvidia-smi's compute_cap -> profile. B200/GB200 report 10.0, B300 10.3, RTX 50xx/PRO 12.0, GB10 12.1.
 CAPABILITY_PROFILES = {"9.0": "sm90", "10.0": "sm100", "10.3": "sm100", "12.0": "sm120", "12.1": "sm121"}

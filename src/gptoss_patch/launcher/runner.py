@@ -15,7 +15,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,7 +24,6 @@ from typing import IO
 from gptoss_patch.errors import TargetError
 from gptoss_patch.launcher import knowledge, sentinel
 from gptoss_patch.launcher.results import LaunchPlan, RunOutcome, SmokeReport
-from gptoss_patch.launcher.smoke import opener_for
 
 HEALTH_INTERVAL = 0.5  # seconds between /health probes while vLLM loads
 STOP_GRACE = 15.0  # vLLM shuts its engine processes down on SIGTERM; SIGKILL after this
@@ -33,6 +31,7 @@ ORPHAN_GRACE = 5.0  # after vLLM exits, how long its leftovers may keep the log 
 TAIL_LINES = 30  # printed after a crash
 DIAGNOSIS_LINES = 200  # searched for a known issue's signature
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 @dataclass(frozen=True)
@@ -78,6 +77,13 @@ def run(plan: LaunchPlan, *, log_file: Path, health_url: str, hooks: Hooks) -> R
     return _outcome(state, log_file)
 
 
+def default_log_file() -> Path:
+    """A new file per run under $XDG_STATE_HOME/gptoss-patch/logs (logs are state, not cache: keep them)."""
+    state_home = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return state_home / "gptoss-patch" / "logs" / f"vllm-serve-{stamp}-{os.getpid()}.log"
+
+
 def spawn(plan: LaunchPlan) -> subprocess.Popen:
     try:
         return subprocess.Popen(
@@ -87,20 +93,24 @@ def spawn(plan: LaunchPlan) -> subprocess.Popen:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+            preexec_fn=_parent_death_signal(),
         )
     except OSError as exc:
         raise TargetError(f"cannot start {plan.executable}: {exc.strerror or exc}") from None
 
 
-def _die_with_parent() -> None:
-    """prctl(PR_SET_PDEATHSIG, SIGTERM): the kernel signals vLLM if the launcher dies, even by SIGKILL."""
+def _parent_death_signal() -> Callable[[], None] | None:
+    """prctl(PR_SET_PDEATHSIG, SIGTERM) for the child: the kernel signals vLLM if the launcher dies, even by
+    SIGKILL. libc is resolved here, in the parent: the child runs only the call, between fork and exec."""
+    if not sys.platform.startswith("linux"):
+        return None
     try:
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
-        pass
+        return None
+    return lambda: prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _start(target: Callable[..., None], *args: object) -> threading.Thread:
@@ -127,6 +137,10 @@ def _pump_log(state: _Run, stream: IO[bytes], log: IO[str], echo: Callable[[str]
 
 
 def _probe_health(state: _Run, url: str) -> None:
+    import urllib.request  # here, after vLLM started: importing it costs ~25 ms of time-to-exec
+
+    from gptoss_patch.launcher.smoke import opener_for
+
     opener = opener_for(url)
     while not state.finished.is_set() and state.child.poll() is None:
         try:

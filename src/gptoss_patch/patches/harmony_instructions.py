@@ -99,57 +99,47 @@ messages.extend(
 
 
 def codemod() -> "type[PatchCodemod]":
-    """Build the codemod class (imports libcst, so only apply/diff pay for it).
-
-    No `from __future__ import annotations` here: libcst reads these methods' annotations at runtime.
-    """
+    """Build the codemod class (imports libcst, so only apply/diff pay for it)."""
     import libcst as cst
-    import libcst.matchers as m
 
-    from gptoss_patch.patches._base import PatchCodemod, parse_statements
+    from gptoss_patch.patches._base import PatchCodemod, class_has_method, code, defines, parse_statements
 
-    # The four statements of the unpatched builder that the helper call replaces, in order.
-    system_message = m.SimpleStatementLine(
-        body=[m.Assign(targets=[m.AssignTarget(m.Name("sys_msg"))], value=m.Call(func=m.Name("get_system_message")))]
-    )
-    append_system = m.SimpleStatementLine(
-        body=[m.Expr(m.Call(func=m.Attribute(m.Name("messages"), m.Name("append")), args=[m.Arg(m.Name("sys_msg"))]))]
-    )
-    developer_if = m.If(test=m.Attribute(m.Name("request"), m.Name("tools")))
-    extend_chat = m.SimpleStatementLine(
-        body=[
-            m.Expr(
-                m.Call(
-                    func=m.Attribute(m.Name("messages"), m.Name("extend")),
-                    args=[m.Arg(m.Call(func=m.Name("parse_chat_inputs_to_harmony_messages")))],
-                )
-            )
-        ]
-    )
-    anchors = (system_message, append_system, developer_if, extend_chat)
+    def anchors_at(body: list[cst.BaseStatement], i: int) -> bool:
+        """The four statements of the unpatched builder that the helper call replaces, in order."""
+        window = [small_statement_code(s) for s in body[i : i + 4]]
+        return (
+            len(window) == 4
+            and window[0] is not None and window[0].startswith("sys_msg=get_system_message(")
+            and window[1] == "messages.append(sys_msg)"
+            and isinstance(body[i + 2], cst.If) and code(body[i + 2].test) == "request.tools"
+            and window[3] is not None and window[3].startswith("messages.extend(parse_chat_inputs_to_harmony_messages(")
+        )
+
+    def small_statement_code(statement: cst.BaseStatement) -> str | None:
+        if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+            return code(statement.body[0])
+        return None
 
     class HarmonyInstructions(PatchCodemod):
-        DESCRIPTION = __doc__
         ANCHOR = f"{METHOD}: get_system_message / developer message / parse_chat_inputs_to_harmony_messages"
 
-        @m.leave(m.FunctionDef(name=m.Name(METHOD)))
-        def route_instructions(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
+        def in_scope(self, statement: cst.BaseStatement) -> bool:
+            return class_has_method(statement, METHOD)
+
+        def member_in_scope(self, member: cst.BaseStatement) -> bool:
+            return defines(member, METHOD)
+
+        def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
             body = list(updated.body.body)
-            starts = [i for i, stmt in enumerate(body) if m.matches(stmt, system_message)]
-            if len(starts) != 1:
-                return updated
-            start = starts[0]
-            window = body[start : start + len(anchors)]
-            if len(window) != len(anchors) or not all(m.matches(s, a) for s, a in zip(window, anchors)):
+            starts = [i for i in range(len(body)) if anchors_at(body, i)]
+            if updated.name.value != METHOD or len(starts) != 1:
                 return updated
             self.hit()
-            body[start : start + len(anchors)] = parse_statements(CALL_SOURCE)
+            body[starts[0] : starts[0] + 4] = parse_statements(CALL_SOURCE)
             return updated.with_changes(body=updated.body.with_changes(body=body))
 
-        def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
-            if self.hits != 1:
-                return updated
-            return updated.with_changes(body=[*updated.body, *parse_statements(HELPER_SOURCE, blank_lines_before=2)])
+        def finish(self, module: cst.Module) -> cst.Module:
+            return module.with_changes(body=[*module.body, *parse_statements(HELPER_SOURCE, blank_lines_before=2)])
 
     return HarmonyInstructions
 

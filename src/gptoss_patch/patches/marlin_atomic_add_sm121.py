@@ -37,30 +37,26 @@ def {HELPER}(device) -> bool:
 
 def codemod() -> "type[PatchCodemod]":
     import libcst as cst
-    import libcst.matchers as m
 
-    from gptoss_patch.patches._base import PatchCodemod, parse_statements
+    from gptoss_patch.patches._base import PatchCodemod, code, defines, parse_statements
 
-    env_disabled = m.UnaryOperation(
-        operator=m.Not(), expression=m.Attribute(value=m.Name("envs"), attr=m.Name(ENV))
-    )
+    env_disabled = f"notenvs.{ENV}"  # `if not envs.VLLM_MARLIN_USE_ATOMIC_ADD:`, whitespace removed
 
     class MarlinAtomicAddSm121(PatchCodemod):
-        DESCRIPTION = __doc__
         ANCHOR = f"{FUNCTION}: `if not envs.{ENV}:`"
 
-        @m.call_if_inside(m.FunctionDef(name=m.Name(FUNCTION)))
-        @m.leave(m.If(test=env_disabled))
-        def keep_sm121_default(self, original: cst.If, updated: cst.If) -> cst.If:
+        def in_scope(self, statement: cst.BaseStatement) -> bool:
+            return defines(statement, FUNCTION)
+
+        def leave_If(self, original: cst.If, updated: cst.If) -> cst.If:
+            if code(updated.test) != env_disabled:
+                return updated
             self.hit()
             helper_call = cst.parse_expression(f"not {HELPER}(device)")
-            test = cst.BooleanOperation(left=updated.test, operator=cst.And(), right=helper_call)
-            return updated.with_changes(test=test)
+            return updated.with_changes(test=cst.BooleanOperation(left=updated.test, operator=cst.And(), right=helper_call))
 
-        def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
-            if self.hits != 1:
-                return updated
-            return updated.with_changes(body=[*updated.body, *parse_statements(HELPER_SOURCE, blank_lines_before=2)])
+        def finish(self, module: cst.Module) -> cst.Module:
+            return module.with_changes(body=[*module.body, *parse_statements(HELPER_SOURCE, blank_lines_before=2)])
 
     return MarlinAtomicAddSm121
 

@@ -47,20 +47,23 @@ def defining_module(package: PackageView) -> str | None:
 
 def codemod() -> "type[PatchCodemod]":
     import libcst as cst
-    import libcst.matchers as m
-    from libcst.helpers import get_full_name_for_node
 
-    from gptoss_patch.patches._base import Drift, PatchCodemod
+    from gptoss_patch.patches._base import Drift, PatchCodemod, code
 
-    imports_name = m.ImportFrom(names=[m.ZeroOrMore(), m.ImportAlias(name=m.Name(NAME)), m.ZeroOrMore()])
+    def imports_name(node: cst.ImportFrom) -> bool:
+        return not isinstance(node.names, cst.ImportStar) and any(code(a.name) == NAME for a in node.names)
 
     class Mxfp4Fp4Import(PatchCodemod):
-        DESCRIPTION = __doc__
         ANCHOR = f"an import of {NAME} from a module that does not define it"
 
-        @m.leave(imports_name)
-        def import_from_definer(self, original: cst.ImportFrom, updated: cst.ImportFrom) -> cst.ImportFrom:
-            source = absolute_module(get_full_name_for_node(updated.module) if updated.module else None, len(updated.relative))
+        def in_scope(self, statement: cst.BaseStatement) -> bool:
+            # Top-level imports, including those under `try:` / `if TYPE_CHECKING:`.
+            return isinstance(statement, (cst.SimpleStatementLine, cst.Try, cst.If))
+
+        def leave_ImportFrom(self, original: cst.ImportFrom, updated: cst.ImportFrom) -> cst.ImportFrom:
+            if not imports_name(updated):
+                return updated
+            source = absolute_module(code(updated.module) if updated.module else None, len(updated.relative))
             if defines(self.package, source):
                 return updated
             definer = defining_module(self.package)

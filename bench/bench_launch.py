@@ -1,0 +1,94 @@
+"""Launcher overhead: time-to-exec of `gptoss-patch serve` against a fake `vllm`, side by side with the fake alone.
+
+Target (issue 4): the launcher adds at most 0.3 s before `vllm serve` starts.
+
+    .venv/bin/python bench/bench_launch.py [--runs 9]
+
+Both sides start the same fake `vllm` (tests/fakes/fake_vllm.py) in a fake vLLM 0.17.1 install whose
+static files (envs.py, arg_utils.py, ...) come from the real wheel, patched, with the vocabulary in place.
+The fake writes time.time() as its first act and exits at once; time-to-exec = that stamp - spawn time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.launcher.installs import build_fake_install, install_vocabulary  # noqa: E402
+
+VERSION = "0.17.1"
+TARGET_ADDED = 0.3
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=9)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-launch-") as scratch:
+        work = Path(scratch)
+        inst = build_fake_install(work / "venv", VERSION)
+        env = _environment(work)
+        install_vocabulary(env)
+        direct = [_time_to_exec(_direct_command(inst), env, work) for _ in range(args.runs)]
+        launched = [_time_to_exec(_launcher_command(work / "venv"), env, work) for _ in range(args.runs)]
+    return _report(direct, launched)
+
+
+def _environment(work: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "TIKTOKEN_"))}
+    env.update(
+        XDG_CACHE_HOME=str(work / "cache"),
+        XDG_STATE_HOME=str(work / "state"),
+        GPTOSS_PATCH_TEST_FAKE_VLLM="exit",
+        GPTOSS_PATCH_TEST_FAKE_STAMP=str(work / "stamp"),
+    )
+    return env
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _direct_command(inst) -> list[str]:
+    return [str(Path(inst.python).parent / "vllm"), "serve", "openai/gpt-oss-20b", "--host", "127.0.0.1", "--port", str(_free_port())]
+
+
+def _launcher_command(venv: Path) -> list[str]:
+    exe = Path(sys.executable).parent / "gptoss-patch"
+    return [str(exe), "serve", "openai/gpt-oss-20b", "--venv", str(venv), "--gpu", "cpu", "--port", str(_free_port())]
+
+
+def _time_to_exec(command: list[str], env: dict[str, str], work: Path) -> float:
+    stamp = work / "stamp"
+    stamp.unlink(missing_ok=True)
+    started = time.time()
+    proc = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False)
+    if proc.returncode != 0 or not stamp.exists():
+        raise SystemExit(f"{command[0]} failed ({proc.returncode}): {proc.stderr.strip()[-400:]}")
+    return float(stamp.read_text()) - started
+
+
+def _report(direct: list[float], launched: list[float]) -> int:
+    base, total = statistics.median(direct), statistics.median(launched)
+    added = total - base
+    print(f"fake vllm alone        : median {base * 1000:7.1f} ms  (min {min(direct) * 1000:.1f})")
+    print(f"gptoss-patch serve     : median {total * 1000:7.1f} ms  (min {min(launched) * 1000:.1f})")
+    verdict = "PASS" if added <= TARGET_ADDED else "FAIL"
+    print(f"added by the launcher  : {added * 1000:7.1f} ms  (target <= {TARGET_ADDED * 1000:.0f} ms): {verdict}")
+    return 0 if verdict == "PASS" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

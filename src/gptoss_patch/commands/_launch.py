@@ -1,0 +1,82 @@
+"""Options and presentation shared by `serve` and `doctor` (private: cli.py registers only public modules)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from gptoss_patch.launcher import PROFILES
+
+if TYPE_CHECKING:  # the launcher is imported when a launcher command runs, not when the CLI starts
+    from gptoss_patch.launcher.plan import LaunchOptions
+    from gptoss_patch.launcher.results import Check, LaunchPlan
+
+LOOPBACK = "127.0.0.1"
+
+GpuOption = Annotated[
+    str | None,
+    typer.Option("--gpu", metavar="PROFILE", help=f"GPU profile: {'|'.join(PROFILES)}. Default: nvidia-smi's compute capability.", show_default=False),
+]
+ConcurrencyOption = Annotated[
+    str | None,
+    typer.Option("--concurrency", metavar="N,N,...", help="Batch sizes you run (e.g. 1,5,10): also captured as CUDA graphs (G20).", show_default=False),
+]
+HostOption = Annotated[str, typer.Option("--host", help="Address vLLM binds.")]
+PortOption = Annotated[int, typer.Option("--port", help="Port vLLM listens on.")]
+AllowUnpatchedOption = Annotated[bool, typer.Option("--allow-unpatched", help="Start even when patches are pending or drifted.")]
+AllowUnauthenticatedOption = Annotated[
+    bool, typer.Option("--allow-unauthenticated", help="Allow a non-loopback --host without an API key.")
+]
+ExpectReasoningOption = Annotated[
+    bool, typer.Option("--expect-reasoning", help="Your clients read `reasoning`: no warning for --reasoning-parser.")
+]
+ExtraArgs = Annotated[
+    list[str] | None,
+    typer.Argument(metavar="[-- VLLM_SERVE_ARGS...]", help="Passed to `vllm serve` as they are, after --.", show_default=False),
+]
+
+
+def deferred_options(model: str | None, **given: object) -> Callable[[], LaunchOptions]:
+    """Validation of the command line, run by resolve_plan while the target probe runs."""
+
+    def build() -> LaunchOptions:
+        from gptoss_patch.launcher.plan import launch_options
+
+        return launch_options(model, **given)
+
+    return build
+
+
+def resolve_plan(python: str | None, venv: str | None, vllm: str | None, build_options: Callable[[], LaunchOptions]) -> LaunchPlan:
+    """Target lookup (a subprocess, so it runs in a thread meanwhile), the validated options, then the plan.
+
+    The options are validated while the target interpreter answers: bad input still stops before anything
+    starts, and the launcher's own imports overlap the probe (time-to-exec budget: 0.3 s).
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gptoss_patch import render, target
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        found = pool.submit(lambda: target.discover(target.interpreter_for(python, venv), vllm))
+        options = build_options()
+        from gptoss_patch.launcher import plan as planning, preflight  # noqa: F401 - imported while the probe runs
+
+        inst = found.result()
+    render.info(f"Detected vllm {inst.version} at {inst.site_packages} (python {inst.python})")
+    return planning.resolve(inst, options)
+
+
+def show_checks(checks: tuple[Check, ...], *, everything: bool) -> None:
+    """doctor shows every row; serve only what needs attention, on stderr so stdout stays vLLM's log."""
+    from gptoss_patch import render
+    from gptoss_patch.launcher.results import Status
+
+    shown = checks if everything else tuple(c for c in checks if c.status is not Status.PASS)
+    if shown:
+        render.checks_table(shown, title=None if everything else "pre-flight", to_stdout=everything)
+    for check in checks:
+        if check.name == "patches" and check.status is Status.WARN:
+            render.warn(check.message)  # --allow-unpatched: say it loudly, outside the table too

@@ -1,0 +1,127 @@
+"""`gptoss-patch serve MODEL [options] [-- vllm serve args]`: pre-flight, then run vLLM and watch it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from gptoss_patch.commands._launch import (
+    LOOPBACK,
+    AllowUnauthenticatedOption,
+    AllowUnpatchedOption,
+    ConcurrencyOption,
+    ExpectReasoningOption,
+    ExtraArgs,
+    GpuOption,
+    HostOption,
+    PortOption,
+    deferred_options,
+    resolve_plan,
+    show_checks,
+)
+from gptoss_patch.options import PythonOption, VenvOption, VerboseOption, VllmOption, handles_errors
+
+if TYPE_CHECKING:  # imported when `serve` runs: every other command starts without them
+    from gptoss_patch.launcher import runner
+    from gptoss_patch.launcher.results import LaunchPlan, RunOutcome
+
+PrintScriptOption = Annotated[bool, typer.Option("--print-script", help="Write the equivalent bash script to stdout instead.")]
+DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Print the resolved environment and command; start nothing.")]
+SmokeOption = Annotated[bool, typer.Option("--smoke", help="Once ready, run the smoke canary; stop vLLM if it fails.")]
+LogFileOption = Annotated[
+    Path | None, typer.Option("--log-file", metavar="PATH", help="Also write vLLM's log here (default: a new file under the XDG state dir).", show_default=False)
+]
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve", no_args_is_help=True)(serve)
+
+
+@handles_errors
+def serve(
+    model: Annotated[str, typer.Argument(help="Model id or local path, as for `vllm serve`.", show_default=False)],
+    extra: ExtraArgs = None,
+    gpu: GpuOption = None,
+    concurrency: ConcurrencyOption = None,
+    host: HostOption = LOOPBACK,
+    port: PortOption = 8000,
+    allow_unpatched: AllowUnpatchedOption = False,
+    allow_unauthenticated: AllowUnauthenticatedOption = False,
+    expect_reasoning: ExpectReasoningOption = False,
+    print_script: PrintScriptOption = False,
+    dry_run: DryRunOption = False,
+    run_smoke: SmokeOption = False,
+    log_file: LogFileOption = None,
+    python: PythonOption = None,
+    venv: VenvOption = None,
+    vllm: VllmOption = None,
+    verbose: VerboseOption = False,
+) -> None:
+    """Run `vllm serve` for gpt-oss with a GPU profile, after pre-flight checks; watch its log and /health.
+
+    Arguments after -- go to `vllm serve` unchanged (and win over the profile's).
+    """
+    options = deferred_options(
+        model, gpu=gpu, concurrency=concurrency, host=host, port=port, extra_args=tuple(extra or ()),
+        allow_unpatched=allow_unpatched, allow_unauthenticated=allow_unauthenticated, expect_reasoning=expect_reasoning,
+    )  # fmt: skip
+    plan = resolve_plan(python, venv, vllm, options)
+    from gptoss_patch import render
+    from gptoss_patch.launcher import plan as planning, preflight, runner, script
+
+    preflight.require_launchable(plan, port=not print_script)
+    _preflight(plan)
+    if print_script or dry_run:
+        render.passthrough(script.render_script(plan) if print_script else script.render_dry_run(plan))
+        return
+    log_file = log_file or runner.default_log_file()
+    _finish(runner.run(plan, log_file=log_file, health_url=planning.health_url(plan), hooks=_hooks(plan, run_smoke)))
+
+
+def _preflight(plan: LaunchPlan) -> None:
+    from gptoss_patch.errors import CheckFailed
+    from gptoss_patch.launcher import preflight
+    from gptoss_patch.launcher.results import Status, worst
+
+    checks = preflight.run_checks(plan)
+    show_checks(checks, everything=False)
+    failed = [c.name for c in checks if c.status is Status.FAIL]
+    if worst(checks) is Status.FAIL:
+        raise CheckFailed(f"pre-flight failed ({', '.join(dict.fromkeys(failed))}); nothing was started", hint="gptoss-patch doctor shows every check")
+
+
+def _hooks(plan: LaunchPlan, run_smoke: bool) -> runner.Hooks:
+    from gptoss_patch import render
+    from gptoss_patch.launcher import plan as planning, runner
+
+    render.info(f"Starting: {plan.command_line}")
+
+    def canary():
+        from gptoss_patch.launcher import smoke
+
+        report = smoke.run_smoke(planning.server_url(plan), model=planning.served_model(plan), api_key=planning.api_key(plan))
+        render.checks_table(report.checks, title="smoke", to_stdout=False)
+        return report
+
+    return runner.Hooks(echo=render.passthrough, notify=render.info, smoke=canary if run_smoke else None)
+
+
+def _finish(outcome: RunOutcome) -> None:
+    from gptoss_patch import render
+    from gptoss_patch.errors import CheckFailed
+
+    render.info(f"vLLM exited with code {outcome.exit_code}; log: {outcome.log_file}")
+    if outcome.stopped_for:
+        raise CheckFailed(outcome.stopped_for, hint=f"log: {outcome.log_file}")
+    if outcome.last_lines:
+        render.error(f"vLLM crashed (exit code {outcome.exit_code}); its last lines:")
+        for line in outcome.last_lines:
+            render.info(f"  | {line}")
+    if outcome.known_issue:
+        issue = outcome.known_issue
+        render.warn(f"this matches known issue {issue.id}: {issue.title}")
+        render.info(f"fix: {issue.fix}")
+    if outcome.exit_code:
+        raise typer.Exit(outcome.exit_code)

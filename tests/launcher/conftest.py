@@ -1,0 +1,136 @@
+"""Fixtures for the launcher tests: installs built from the real wheels, the fake vllm, free ports."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gptoss_patch.launcher import plan as planning
+from gptoss_patch.launcher.results import Check, LaunchPlan
+from tests.launcher.installs import build_fake_install, extract_static, install_vocabulary
+
+MODEL = "openai/gpt-oss-20b"
+
+
+@pytest.fixture(scope="session")
+def session_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One XDG cache for the session: the vocabulary (installed once) and the static-read cache."""
+    cache = tmp_path_factory.mktemp("xdg-cache")
+    install_vocabulary({"XDG_CACHE_HOME": str(cache)})
+    return cache
+
+
+@pytest.fixture(autouse=True)
+def _launcher_env(monkeypatch: pytest.MonkeyPatch, session_cache: Path, tmp_path: Path) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(session_cache))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    empty = tmp_path / "empty-bin"  # no nvidia-smi here: detection says cpu unless a test adds a fake one
+    empty.mkdir()
+    monkeypatch.setenv("PATH", f"{empty}:/usr/bin:/bin")
+    for name in ("VIRTUAL_ENV", "http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(scope="session")
+def installs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """Patched fake installs (real static files) shared read-only by the tests, built on first use."""
+    built: dict[str, object] = {}
+
+    class Lazy(dict):
+        def __missing__(self, version: str):
+            built[version] = build_fake_install(tmp_path_factory.mktemp(f"vllm-{version}") / "venv", version)
+            self[version] = built[version]
+            return built[version]
+
+    return Lazy()
+
+
+@pytest.fixture(scope="session")
+def static_installs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """Just the static files of a real wheel (no venv): for the static readers."""
+
+    class Lazy(dict):
+        def __missing__(self, version: str):
+            self[version] = extract_static(version, tmp_path_factory.mktemp(f"static-{version}") / "site-packages")
+            return self[version]
+
+    return Lazy()
+
+
+def resolve(inst, environ: dict[str, str] | None = None, *, model: str | None = MODEL, **options) -> LaunchPlan:
+    """A plan for `inst`, with only the given environment (plus PATH/HOME and the test's XDG dirs)."""
+    base = {name: os.environ[name] for name in ("PATH", "HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME") if name in os.environ}
+    options.setdefault("gpu", "cpu")
+    options.setdefault("port", free_port())
+    return planning.resolve(inst, planning.launch_options(model, **options), {**base, **(environ or {})})
+
+
+def rows(checks: tuple[Check, ...] | list[Check], name: str) -> list[Check]:
+    return [c for c in checks if c.name == name]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def pid_alive(pid: int) -> bool:
+    """True while `pid` runs (a zombie counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
+def wait_until(predicate, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def read_record(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+@pytest.fixture
+def fake_server(installs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator:
+    """Start the fake vllm directly (no launcher) in a mode; yields its base URL. Always stopped after."""
+    started: list[subprocess.Popen] = []
+
+    def start(*modes: str, served: str = MODEL, extra: tuple[str, ...] = ()) -> str:
+        inst = installs["0.17.1"]
+        port = free_port()
+        env = {**os.environ, "GPTOSS_PATCH_TEST_FAKE_VLLM": ",".join(modes), "GPTOSS_PATCH_TEST_FAKE_DELAY": "0"}
+        exe = Path(inst.python).parent / "vllm"
+        cmd = [str(exe), "serve", served, "--host", "127.0.0.1", "--port", str(port), *extra]
+        started.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        url = f"http://127.0.0.1:{port}"
+        assert wait_until(lambda: _healthy(url)), "the fake vllm did not come up"
+        return url
+
+    yield start
+    for proc in started:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _healthy(url: str) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(url + "/health", timeout=1) as response:
+            return response.status == 200
+    except OSError:
+        return False

