@@ -116,3 +116,14 @@ def passthrough(text: str) -> None:
     """vLLM's own log lines and generated scripts: verbatim on stdout, flushed (a log is read live)."""
     sys.stdout.write(text)
     sys.stdout.flush()
+
+
+def probe_table(probes: Sequence[Any], *, verbose: bool) -> None:
+    """Behaviour probes: pass / FAIL / not run, with the evidence; the rendered prompts on --verbose."""
+    label = {True: "[green]pass[/]", False: "[red]FAIL[/]", None: "[yellow]not run[/]"}
+    table("behaviour", ("patch", "result", "evidence"), [(p.id, label[p.passed], escape(p.evidence)) for p in probes])
+    if verbose:
+        for p in probes:
+            if p.detail:
+                out.print(f"[bold]{p.id}[/]")
+                out.print(escape(p.detail), markup=True)

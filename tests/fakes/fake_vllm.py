@@ -123,7 +123,9 @@ def _backend_line(version: tuple[int, int], args: dict[str, str]) -> str:
 
 
 def _start_grandchild() -> None:
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    # Like a stuck engine process: it ignores SIGTERM, so only the launcher's SIGKILL of the group ends it.
+    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+    child = subprocess.Popen([sys.executable, "-c", code])
     path = os.environ.get("GPTOSS_PATCH_TEST_FAKE_PIDFILE")
     if path:
         Path(path).write_text(str(child.pid))

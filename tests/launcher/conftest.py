@@ -117,7 +117,7 @@ def fake_server(installs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> It
         cmd = [str(exe), "serve", served, "--host", "127.0.0.1", "--port", str(port), *extra]
         started.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         url = f"http://127.0.0.1:{port}"
-        assert wait_until(lambda: _healthy(url)), "the fake vllm did not come up"
+        assert wait_until(lambda: healthy(url)), "the fake vllm did not come up"
         return url
 
     yield start
@@ -126,7 +126,7 @@ def fake_server(installs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> It
         proc.wait(timeout=10)
 
 
-def _healthy(url: str) -> bool:
+def healthy(url: str) -> bool:
     import urllib.request
 
     try:

@@ -1,4 +1,7 @@
-"""`gptoss-patch verify`: patched files compile in the target interpreter and carry their shapes."""
+"""`gptoss-patch verify`: patched files compile in the target interpreter and carry their shapes;
+with --behaviour, the patched code paths are exercised in the target interpreter."""
+
+from typing import Annotated
 
 import typer
 
@@ -8,25 +11,50 @@ from gptoss_patch.options import (
     JsonOption, OnlyOption, PythonOption, SkipOption, VenvOption, VerboseOption, VllmOption,
     handles_errors, installation, selection,
 )
+from gptoss_patch.spec import State
+
+BehaviourOption = Annotated[
+    bool,
+    typer.Option(
+        "--behaviour",
+        help="Also run each patch's behaviour probe in the target interpreter (imports vLLM there, CPU is enough; "
+        "needs torch and openai_harmony in that environment). --verbose shows the rendered prompts.",
+    ),
+]
+PROBED_STATES = (State.APPLIED, State.PENDING, State.FIXED_UPSTREAM, State.MODIFIED)
 
 
 @handles_errors
 def verify(
     python: PythonOption = None, venv: VenvOption = None, vllm: VllmOption = None,
-    only: OnlyOption = None, skip: SkipOption = None, json: JsonOption = False, verbose: VerboseOption = False,
+    only: OnlyOption = None, skip: SkipOption = None, behaviour: BehaviourOption = False,
+    json: JsonOption = False, verbose: VerboseOption = False,
 ) -> None:
     """Byte-compile every patched file with the target interpreter and confirm each applied patch's shape."""
     report = engine.verify(installation(python, venv, vllm), selection(only, skip))
     render.detected(report)
-    failed = [r for r in report.results if r.error or r.state.needs_action]
+    failed = any(r.error or r.state.needs_action for r in report.results)
+    probes = _behaviour(report, verbose) if behaviour else []
+    failed |= any(p.passed is not True for p in probes)
     if json:
-        render.report_json(report, ok=not failed)
+        render.report_json(report, ok=not failed, **({"behaviour": [p.to_json() for p in probes]} if behaviour else {}))
     else:
         render.status_table(report)
+        if behaviour:
+            render.probe_table(probes, verbose=verbose)
     for r in report.results:
         if r.error:
             render.error(f"{r.id}: {r.error}")
     raise typer.Exit(int(ExitCode.ACTION_NEEDED if failed else ExitCode.OK))
+
+
+def _behaviour(report, verbose: bool) -> list:
+    from gptoss_patch import behaviour
+
+    ids = [r.id for r in report.results if r.state in PROBED_STATES]
+    if ids:
+        render.info(f"Running behaviour probes in {report.installation.python} (imports vLLM there; this takes a while)...")
+    return [p for p in behaviour.run(report.installation.python, ids, verbose=verbose) if p.passed is not None or p.id in behaviour.PROBED]
 
 
 def register(app: typer.Typer) -> None:

@@ -65,15 +65,16 @@ def run(plan: LaunchPlan, *, log_file: Path, health_url: str, hooks: Hooks) -> R
     with open(log_file, "a", encoding="utf-8") as log:
         child = spawn(plan)
         state = _Run(child, plan)
+        pump = _start(_pump_log, state, child.stdout, log, hooks.echo)
         try:
             with _forwarding_signals(state):
-                pump = _start(_pump_log, state, child.stdout, log, hooks.echo)
                 _start(_probe_health, state, health_url)
                 _supervise(state, hooks)
-                pump.join(timeout=5)
         finally:
             state.finished.set()
             stop(child)
+            pump.join(timeout=5)  # the group is gone, so the pipe is at EOF
+            child.stdout.close()
     return _outcome(state, log_file)
 
 
@@ -219,8 +220,9 @@ def _forwarding_signals(state: _Run):
             signal.signal(sig, handler)
 
 
-def stop(child: subprocess.Popen, grace: float = STOP_GRACE) -> None:
+def stop(child: subprocess.Popen, grace: float | None = None) -> None:
     """Stop the child and everything in its process group: SIGTERM, then SIGKILL after `grace` seconds."""
+    grace = STOP_GRACE if grace is None else grace
     if child.poll() is None:
         _signal_group(child, signal.SIGTERM)
         try:

@@ -54,7 +54,7 @@ class EnvRegistry:
         return name in self.names
 
     def close_matches(self, name: str) -> list[str]:
-        return difflib.get_close_matches(name, sorted(self.names), n=2, cutoff=0.8)
+        return difflib.get_close_matches(name, sorted(self.names), n=1, cutoff=0.8)
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ class FlagRegistry:
         return canonical_flag(flag) in self.flags
 
     def close_matches(self, flag: str) -> list[str]:
-        return difflib.get_close_matches(canonical_flag(flag), sorted(self.flags), n=2, cutoff=0.75)
+        return difflib.get_close_matches(canonical_flag(flag), sorted(self.flags), n=1, cutoff=0.75)
 
 
 @dataclass(frozen=True)

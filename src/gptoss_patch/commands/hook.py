@@ -1,0 +1,119 @@
+"""`gptoss-patch hook install|uninstall|status`: the guard vLLM runs in every process (vllm.general_plugins)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from gptoss_patch.errors import ExitCode
+from gptoss_patch.options import (
+    JsonOption, OnlyOption, PythonOption, SkipOption, VenvOption, VerboseOption, VllmOption,
+    handles_errors, installation, selection,
+)
+
+hook_app = typer.Typer(no_args_is_help=True, add_completion=False)
+
+ModeOption = Annotated[
+    str | None,
+    typer.Option(
+        "--mode", metavar="fail|apply|warn",
+        help="What a vLLM process does when patches are missing: refuse to start (fail, the default), "
+        "re-apply them first (apply), or log and go on (warn). Default: keep the installed mode.",
+        show_default=False,
+    ),
+]
+
+
+@hook_app.command("install")
+@handles_errors
+def install(
+    python: PythonOption = None, venv: VenvOption = None, vllm: VllmOption = None, mode: ModeOption = None,
+    only: OnlyOption = None, skip: SkipOption = None, json: JsonOption = False, verbose: VerboseOption = False,
+) -> None:
+    """Install (or refresh) the hook: every vLLM process checks its patches before the model loads.
+
+    Records the patches this vLLM should carry (applied or pending now, minus --skip) with the hashes
+    of the patched files, beside the hook and outside vLLM's .dist-info, so a reinstall of vLLM cannot
+    erase the expectation. Re-run it after changing the patch set; it keeps the mode unless --mode is given.
+    """
+    from gptoss_patch import hook
+
+    chosen = selection(only, skip) if (only or skip) else None
+    inst = installation(python, venv, vllm)
+    result = hook.install(inst, mode=mode, selection=chosen)
+    _show(result, inst.python, json, verb="Installed")
+
+
+@hook_app.command("uninstall")
+@handles_errors
+def uninstall(python: PythonOption = None, venv: VenvOption = None, json: JsonOption = False, verbose: VerboseOption = False) -> None:
+    """Remove every file the hook installed; vLLM starts as if it had never been there."""
+    from gptoss_patch import hook, render
+
+    site = _site_packages(python, venv)
+    removed = hook.uninstall(site)
+    if json:
+        render.json_out({"site_packages": str(site), "removed": [str(p) for p in removed]})
+        return
+    for path in removed:
+        render.info(f"Removed {path}")
+    render.info(f"Done: the hook is not installed in {site}" + ("" if removed else " (it was not)"))
+
+
+@hook_app.command("status")
+@handles_errors
+def status(python: PythonOption = None, venv: VenvOption = None, json: JsonOption = False, verbose: VerboseOption = False) -> None:
+    """Whether the hook is installed, its mode, and what it would decide in a vLLM process now (exit 1 if not ok)."""
+    from gptoss_patch import hook
+
+    inst = installation(python, venv)
+    _show(hook.status(inst), inst.python, json)
+
+
+def _show(result, python: str, json: bool, verb: str | None = None) -> None:  # result: hook.HookStatus
+    from gptoss_patch import hook, render
+
+    if json:
+        render.json_out(result.to_json())
+    else:
+        if verb:
+            render.info(f"{verb} the gptoss-patch hook in {result.layout.site}")
+        _table(result)
+        if not result.ok:
+            render.info(f"fix: {hook.fix_command(result, python)}")
+    raise typer.Exit(int(ExitCode.OK if result.ok else ExitCode.ACTION_NEEDED))
+
+
+def _table(result) -> None:  # result: hook.HookStatus
+    from gptoss_patch import render
+
+    state, verdict = result.state or {}, result.verdict
+    rows = [("installed", f"yes ({result.version}{'' if result.current_code else ', older code: re-run hook install'})"
+             if result.installed else "no"), ("site-packages", str(result.layout.site))]
+    if result.installed:
+        rows += [
+            ("mode", str(state.get("mode", "-"))),
+            ("expects", f"vllm {state.get('vllm', '?')}: {', '.join(sorted(state.get('patches', {}))) or 'no patches'}"),
+        ]
+    if verdict is not None:
+        rows += [("fingerprint", verdict.fingerprint), ("check", "; ".join(t for _, t in verdict.problems) or "ok")]
+    if result.state_problem:
+        rows.append(("problem", result.state_problem))
+    render.table(None, ("hook", "value"), [(k, render.escape(v)) for k, v in rows])
+
+
+def _site_packages(python: str | None, venv: str | None):  # -> Path
+    """vLLM's site-packages, else the interpreter's own: uninstall works after vLLM is gone too."""
+    from gptoss_patch import hook, target
+    from gptoss_patch.errors import TargetError
+
+    interpreter = target.interpreter_for(python, venv)
+    try:
+        return target.discover(interpreter).site_packages
+    except TargetError:
+        return hook.purelib(interpreter)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(hook_app, name="hook", help="Guard every vLLM process: check (or re-apply) the patches at start-up.")

@@ -1,0 +1,254 @@
+"""Pre-flight checks on installs carrying the real static files of vLLM 0.17.1 and 0.33.0 (and 0.22.1)."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from gptoss_patch.errors import TargetError, UsageError
+from gptoss_patch.launcher import preflight
+from gptoss_patch.launcher.results import Status
+from tests.launcher.conftest import resolve, rows
+from tests.launcher.installs import build_fake_install
+
+VERSIONS = ["0.17.1", "0.33.0"]
+ids = [f"vllm-{v}" for v in VERSIONS]
+
+
+def checks_for(inst, environ=None, **options):
+    return preflight.run_checks(resolve(inst, environ, **options))
+
+
+def only(checks, name):
+    found = rows(checks, name)
+    assert len(found) == 1, found
+    return found[0]
+
+
+# -- environment variables (G15) -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("version", "replacement"), [("0.17.1", "use VLLM_MXFP4_USE_MARLIN=1 instead"), ("0.33.0", "use --moe-backend marlin instead")], ids=ids
+)
+def test_vllm_mxfp4_backend_fails_with_the_spelling_this_version_reads(installs, version, replacement):
+    check = only(checks_for(installs[version], {"VLLM_MXFP4_BACKEND": "marlin"}), "env")
+    assert check.status is Status.FAIL
+    assert check.message == f"VLLM_MXFP4_BACKEND is not a variable vLLM {version} reads (never a stock variable); it would do nothing"
+    assert (check.fix, check.issue) == (replacement, "G15")
+
+
+@pytest.mark.parametrize("version", VERSIONS, ids=ids)
+def test_vllm_attention_backend_points_at_the_flag(installs, version):
+    check = only(checks_for(installs[version], {"VLLM_ATTENTION_BACKEND": "TRITON_ATTN"}), "env")
+    assert (check.status, check.fix) == (Status.FAIL, "use --attention-backend TRITON_ATTN instead")
+
+
+def test_vllm_mxfp4_use_marlin_is_fine_on_0171_and_removed_on_0330(installs):
+    assert only(checks_for(installs["0.17.1"], {"VLLM_MXFP4_USE_MARLIN": "1"}), "env").status is Status.PASS
+    check = only(checks_for(installs["0.33.0"], {"VLLM_MXFP4_USE_MARLIN": "1"}), "env")
+    assert (check.status, check.fix) == (Status.FAIL, "use --moe-backend marlin instead")
+
+
+def test_a_typo_gets_a_did_you_mean(installs):
+    check = only(checks_for(installs["0.17.1"], {"VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTION": "1"}), "env")
+    assert check.status is Status.FAIL
+    assert check.message.endswith("did you mean VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS?")
+
+
+def test_a_deprecated_variable_warns_with_vllms_replacement(tmp_path):
+    inst = build_fake_install(tmp_path / "venv", "0.22.1", patched=False)
+    check = only(checks_for(inst, {"VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8": "1"}, allow_unpatched=True), "env")
+    assert check.status is Status.WARN
+    assert check.message == "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8 is deprecated in vLLM 0.22.1"
+    assert "--moe-backend flashinfer_trtllm" in check.fix
+
+
+@pytest.mark.parametrize(("version", "status"), [("0.17.1", Status.WARN), ("0.33.0", Status.FAIL)], ids=ids)
+def test_nvfp4_gemm_backend_is_called_what_it_is_for_gpt_oss(installs, version, status):
+    check = only(checks_for(installs[version], {"VLLM_NVFP4_GEMM_BACKEND": "marlin"}), "env")
+    assert check.status is status
+    assert "MXFP4 MoE" in (check.message + check.fix)
+
+
+def test_marlin_atomic_add_does_nothing_for_gpt_oss(installs):
+    check = only(checks_for(installs["0.17.1"], {"VLLM_MARLIN_USE_ATOMIC_ADD": "1"}), "env")
+    assert check.status is Status.WARN and "use_atomic_add=False" in check.message
+
+
+def test_the_profiles_own_variables_pass_the_env_check(installs):
+    check = only(checks_for(installs["0.17.1"], gpu="sm121"), "env")
+    assert (check.status, check.message) == (Status.PASS, "2 VLLM_* variable(s), all read by vLLM 0.17.1")
+
+
+# -- flags ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("version", "fix"), [("0.17.1", "use VLLM_MXFP4_USE_MARLIN=1 instead"), ("0.33.0", "use --moe-backend marlin instead")], ids=ids)
+def test_folklore_mxfp4_backend_flag_fails_with_the_real_switch(installs, version, fix):
+    check = only(checks_for(installs[version], extra_args=("--mxfp4-backend", "marlin")), "flags")
+    assert (check.status, check.message, check.fix) == (Status.FAIL, "--mxfp4-backend: no stock release has it (fork patch sets only)", fix)
+
+
+def test_unknown_flag_gets_a_did_you_mean(installs):
+    check = only(checks_for(installs["0.33.0"], extra_args=("--enable-expert-paralel",)), "flags")
+    assert check.message == "--enable-expert-paralel is not a flag of vLLM 0.33.0; did you mean --enable-expert-parallel?"
+
+
+def test_moe_backend_flag_does_not_exist_before_0170(tmp_path):
+    inst = build_fake_install(tmp_path / "venv", "0.16.0", patched=False)
+    check = only(checks_for(inst, extra_args=("--moe-backend", "marlin"), allow_unpatched=True), "flags")
+    assert check.status is Status.FAIL and check.message.startswith("--moe-backend is not a flag of vLLM 0.16.0")
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ("--kv_cache_dtype", "fp8"),
+        ("--no-enable-prefix-caching",),
+        ("--tool-call-parser", "openai", "--enable-auto-tool-choice"),
+        ("--compilation-config.mode", "3"),
+        ("--enforce-eager", "--no-enforce-eager"),
+        ("--stream-interval", "1"),
+    ],
+)
+def test_accepted_spellings_pass(installs, extra):
+    check = only(checks_for(installs["0.17.1"], extra_args=extra), "flags")
+    assert check.status is Status.PASS
+
+
+def test_enforce_eager_warns_with_the_measured_cost(installs):
+    check = only(checks_for(installs["0.17.1"], extra_args=("--enforce-eager",)), "flags")
+    assert (check.status, check.issue) == (Status.WARN, "G19")
+    assert "59 to 26 tok/s" in check.message
+
+
+def test_stream_interval_above_one_warns(installs):
+    check = only(checks_for(installs["0.33.0"], extra_args=("--stream-interval", "20")), "flags")
+    assert (check.status, check.issue, check.fix) == (Status.WARN, "G10", "--stream-interval 1 (or leave it out)")
+
+
+def test_reasoning_parser_warns_unless_reasoning_is_expected(installs):
+    extra = ("--reasoning-parser", "openai_gptoss")
+    check = only(checks_for(installs["0.17.1"], extra_args=extra), "flags")
+    assert (check.status, check.issue) == (Status.WARN, "G08") and "`content` is null" in check.message
+    assert only(checks_for(installs["0.17.1"], extra_args=extra, expect_reasoning=True), "flags").status is Status.PASS
+
+
+def test_gb10_memory_above_090_warns(installs):
+    check = only(checks_for(installs["0.17.1"], gpu="sm121", extra_args=("--gpu-memory-utilization", "0.95")), "flags")
+    assert (check.status, check.issue) == (Status.WARN, "G17")
+
+
+def test_flashinfer_attention_on_hopper_warns(installs):
+    check = only(checks_for(installs["0.17.1"], gpu="sm90", extra_args=("--attention-backend", "FLASHINFER")), "flags")
+    assert (check.status, check.issue) == (Status.WARN, "G21")
+
+
+# -- vocabulary, security, patches ---------------------------------------------------------------
+
+
+def test_vocabulary_passes_with_the_installed_file(installs):
+    check = only(checks_for(installs["0.17.1"]), "vocab")
+    assert check.status is Status.PASS and "sha256 verified" in check.message
+
+
+def test_vocabulary_missing_fails_with_the_fix(installs, tmp_path):
+    check = only(checks_for(installs["0.17.1"], {"TIKTOKEN_ENCODINGS_BASE": str(tmp_path)}), "vocab")
+    assert (check.status, check.fix, check.issue) == (Status.FAIL, "gptoss-patch vocab install", "G01")
+
+
+def test_vocabulary_is_bundled_from_0310(installs):
+    check = only(checks_for(installs["0.33.0"], {"TIKTOKEN_ENCODINGS_BASE": "/nonexistent"}), "vocab")
+    assert check.status is Status.PASS and "oss-harmony" in check.message
+
+
+@pytest.mark.parametrize(
+    ("host", "environ", "options", "status"),
+    [
+        ("127.0.0.1", {}, {}, Status.PASS),
+        ("0.0.0.0", {}, {}, Status.FAIL),
+        ("0.0.0.0", {"VLLM_API_KEY": "k"}, {}, Status.PASS),
+        ("0.0.0.0", {}, {"extra_args": ("--api-key", "k")}, Status.PASS),
+        ("0.0.0.0", {}, {"allow_unauthenticated": True}, Status.WARN),
+        ("127.0.0.1", {}, {"extra_args": ("--host", "10.1.2.3")}, Status.FAIL),  # the last --host wins
+    ],
+)
+def test_binding_beyond_loopback_needs_a_key_or_consent(installs, host, environ, options, status):
+    assert only(checks_for(installs["0.17.1"], environ, host=host, **options), "security").status is status
+
+
+def test_unpatched_fails_and_allow_unpatched_warns_loudly(tmp_path):
+    inst = build_fake_install(tmp_path / "venv", "0.17.1", patched=False)
+    check = only(checks_for(inst), "patches")
+    assert check.status is Status.FAIL
+    assert check.message == "not clean: harmony_instructions pending; marlin_atomic_add_sm121 pending"
+    assert check.fix == "gptoss-patch apply (or --allow-unpatched)"
+    loud = only(checks_for(inst, allow_unpatched=True), "patches")
+    assert loud.status is Status.WARN and loud.message.startswith("STARTING UNPATCHED")
+
+
+# -- what the plan sets --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", VERSIONS, ids=ids)
+def test_harmony_instructions_variable_follows_the_patch_state(installs, version):
+    plan = resolve(installs[version])
+    assert plan.env_additions.get("VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS") == "1"
+
+
+def test_harmony_instructions_variable_not_set_while_pending(tmp_path):
+    plan = resolve(build_fake_install(tmp_path / "venv", "0.17.1", patched=False), allow_unpatched=True)
+    assert "VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS" not in plan.env_additions
+    assert any("harmony_instructions is pending" in note for note in plan.notes)
+
+
+def test_vocabulary_variables_only_before_0310(installs, session_cache):
+    directory = str(session_cache / "gptoss-patch" / "tiktoken")
+    assert resolve(installs["0.17.1"]).env_additions["TIKTOKEN_ENCODINGS_BASE"] == directory
+    assert not any(name.startswith("TIKTOKEN_") for name in resolve(installs["0.33.0"]).env_additions)
+
+
+def test_the_users_flag_and_environment_win_over_the_profile(installs):
+    plan = resolve(installs["0.17.1"], {"VLLM_MXFP4_USE_MARLIN": "0"}, gpu="sm121", extra_args=("--kv-cache-dtype", "auto"))
+    assert "--kv-cache-dtype" not in [s.name for s in plan.settings]
+    assert "VLLM_MXFP4_USE_MARLIN" not in plan.env_additions
+    assert "--kv-cache-dtype fp8 left out: given after --" in plan.notes
+    assert plan.expected_moe is None  # the user un-pinned Marlin: nothing to hold the log to
+
+
+def test_concurrency_and_explicit_capture_sizes_conflict(installs):
+    with pytest.raises(UsageError, match="both set the CUDA-graph sizes"):
+        resolve(installs["0.17.1"], concurrency="5,10", extra_args=("--cudagraph-capture-sizes", "1", "2"))
+
+
+# -- can it start --------------------------------------------------------------------------------
+
+
+def test_port_in_use_stops_serve_with_one_line(installs):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        plan = resolve(installs["0.17.1"], port=port)
+        with pytest.raises(UsageError) as info:
+            preflight.require_launchable(plan)
+    assert str(info.value) == f"cannot listen on 127.0.0.1:{port}: the port is in use; pick another --port, or stop what holds it"
+
+
+@pytest.mark.parametrize("model", ["./no/such/model", "/no/such/model", "~/no-such-model", "a/b/c"])
+def test_a_missing_local_model_path_stops_serve(installs, model):
+    with pytest.raises(UsageError, match=f"^model path {model} does not exist"):
+        preflight.require_launchable(resolve(installs["0.17.1"], model=model))
+
+
+def test_a_model_id_is_left_to_vllm(installs):
+    assert only(checks_for(installs["0.17.1"], model="openai/gpt-oss-120b"), "model").status is Status.PASS
+
+
+def test_a_missing_vllm_executable_stops_serve(tmp_path):
+    inst = build_fake_install(tmp_path / "venv", "0.17.1")
+    (tmp_path / "venv" / "bin" / "vllm").unlink()
+    with pytest.raises(TargetError, match=r"^no vllm executable at .*/bin/vllm; reinstall vLLM there"):
+        preflight.require_launchable(resolve(inst))

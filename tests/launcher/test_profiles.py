@@ -1,0 +1,126 @@
+"""GPU profiles, detection and CUDA-graph capture sizes, keyed by what the real installed version supports."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from gptoss_patch.errors import UsageError
+from gptoss_patch.launcher import profiles, static
+from tests.fakes import install_fake_nvidia_smi
+
+
+def caps_of(static_installs, version: str) -> static.Capabilities:
+    inst = static_installs[version]
+    return static.read_capabilities(inst.package_root, inst.version)
+
+
+def test_default_capture_sizes_are_the_83_of_g20():
+    sizes = profiles.default_capture_sizes()
+    assert len(sizes) == 83
+    assert sizes[:5] == [1, 2, 4, 8, 16] and sizes[-3:] == [992, 1008, 1024]
+    assert 5 not in sizes and 10 not in sizes
+
+
+def test_concurrency_adds_only_the_missing_sizes(static_installs):
+    setting = profiles.capture_sizes_setting((1, 5, 10), caps_of(static_installs, "0.17.1"))
+    assert setting.name == "--cudagraph-capture-sizes"
+    assert [int(v) for v in setting.values] == sorted({*profiles.default_capture_sizes(), 5, 10})
+    assert "5, 10" in setting.why and "G20" in setting.why
+
+
+@pytest.mark.parametrize("text", ["", "5,,10", "five", "0", "-3", "1,2000", "1.5"])
+def test_bad_concurrency_is_one_usage_error(text):
+    with pytest.raises(UsageError, match=r"^--concurrency .*: expected comma-separated batch sizes from 1 to 1024"):
+        profiles.parse_concurrency(text)
+
+
+def test_concurrency_is_sorted_and_deduplicated():
+    assert profiles.parse_concurrency("10,5,5,1") == (1, 5, 10)
+
+
+def test_unknown_profile_names_the_choices():
+    with pytest.raises(UsageError, match=r"^unknown GPU profile 'sm999'; choose one of sm90, sm100, sm120, sm121, cpu$"):
+        profiles.choose_gpu("sm999")
+
+
+@pytest.mark.parametrize(("output", "profile"), [("12.1\n", "sm121"), ("9.0\n9.0\n", "sm90"), ("10.0\n", "sm100"), ("12.0\n", "sm120")])
+def test_detection_reads_nvidia_smi(tmp_path, monkeypatch, output, profile):
+    install_fake_nvidia_smi(tmp_path / "bin", output)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    choice = profiles.choose_gpu(None)
+    assert (choice.profile, choice.detected) == (profile, True)
+    assert choice.source == f"nvidia-smi: compute capability {output.split()[0]}"
+
+
+@pytest.mark.parametrize(
+    ("output", "code", "message"),
+    [
+        ("8.9\n", 0, "compute capability 8.9 has no gpt-oss profile"),
+        ("9.0\n12.1\n", 0, "nvidia-smi reports 12.1, 9.0; pass --gpu"),
+        ("", 9, "nvidia-smi failed: no output"),
+    ],
+)
+def test_detection_refuses_what_it_cannot_map(tmp_path, monkeypatch, output, code, message):
+    install_fake_nvidia_smi(tmp_path / "bin", output, code)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    with pytest.raises(UsageError, match=message):
+        profiles.choose_gpu(None)
+
+
+def test_no_nvidia_smi_means_the_cpu_profile_announced_as_a_fallback():
+    choice = profiles.choose_gpu(None)
+    assert (choice.profile, choice.detected, choice.source) == ("cpu", False, "no nvidia-smi on PATH")
+
+
+def test_an_explicit_profile_never_runs_nvidia_smi():
+    def refuse(*_args, **_kwargs) -> subprocess.CompletedProcess:
+        raise AssertionError("nvidia-smi was run")
+
+    assert profiles.choose_gpu("sm121", run=refuse).profile == "sm121"
+
+
+def settings_of(result: profiles.ProfileResult) -> dict[str, tuple[str, ...]]:
+    return {s.name: s.values for s in result.settings}
+
+
+@pytest.mark.parametrize(
+    ("version", "expected"),
+    [
+        ("0.17.1", {"VLLM_MXFP4_USE_MARLIN": ("1",), "--kv-cache-dtype": ("fp8",), "--gpu-memory-utilization": ("0.85",)}),
+        ("0.33.0", {"--moe-backend": ("marlin",), "--kv-cache-dtype": ("fp8",), "--gpu-memory-utilization": ("0.85",)}),
+    ],
+    ids=["vllm-0.17.1", "vllm-0.33.0"],
+)
+def test_sm121_pins_marlin_the_way_the_installed_version_reads_it(static_installs, version, expected):
+    result = profiles.profile_settings("sm121", caps_of(static_installs, version))
+    assert settings_of(result) == expected
+    assert result.moe_pin is not None and result.moe_pin.name in expected
+    assert all("G14" in s.why or "G17" in s.why or "FP8" in s.why for s in result.settings)
+
+
+def test_sm120_has_no_gb10_memory_cap(static_installs):
+    assert "--gpu-memory-utilization" not in settings_of(profiles.profile_settings("sm120", caps_of(static_installs, "0.17.1")))
+
+
+@pytest.mark.parametrize(
+    ("version", "env_set", "note"),
+    [
+        ("0.17.1", True, None),
+        ("0.22.1", False, "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8 not set: deprecated in vLLM 0.22.1"),
+        ("0.33.0", False, "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8 not set: vLLM 0.33.0 does not read it (removed in 0.24; G15)"),
+    ],
+    ids=["vllm-0.17.1", "vllm-0.22.1", "vllm-0.33.0"],
+)
+def test_sm100_sets_the_flashinfer_mxfp4_variable_only_where_vllm_reads_it(static_installs, version, env_set, note):
+    result = profiles.profile_settings("sm100", caps_of(static_installs, version))
+    assert ("VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8" in settings_of(result)) is env_set
+    if note:
+        assert any(n.startswith(note) for n in result.notes)
+
+
+@pytest.mark.parametrize("profile", ["sm90", "cpu"])
+def test_hopper_and_cpu_leave_vllm_to_choose(static_installs, profile):
+    result = profiles.profile_settings(profile, caps_of(static_installs, "0.33.0"))
+    assert result.settings == () and result.moe_pin is None
