@@ -91,6 +91,15 @@ def test_stock_0221_reports_the_bug_through_openai_serving_render(monkeypatch: p
 
 
 @pytest.mark.harness
+def test_patched_0221_passes_both_probes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    python = harness.clone_venv(harness.cpu_venv("0.22.1"), tmp_path / "venv")
+    harness.apply_patches(python, BOTH)
+    monkeypatch.setenv("TIKTOKEN_ENCODINGS_BASE", str(harness.vocab_dir(python)))
+    results = behaviour.run(str(python), BOTH, verbose=False)
+    assert [(r.id, r.passed) for r in results] == [(pid, True) for pid in BOTH], [r.evidence for r in results]
+
+
+@pytest.mark.harness
 @pytest.mark.usefixtures("vocab_env")
 def test_a_crash_inside_vllm_fails_that_probe_with_the_exceptions_last_line(stock_0171: Path, tmp_path: Path) -> None:
     python = harness.clone_venv(stock_0171, tmp_path / "broken")

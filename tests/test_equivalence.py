@@ -1,8 +1,9 @@
-"""Patched vLLM 0.17.1 renders gpt-oss chat prompts token-for-token like stock 0.23.0 (vllm#44330).
+"""Patched vLLM 0.17.1 (and 0.22.1) render gpt-oss chat prompts token-for-token like stock 0.23.0 (vllm#44330).
 
-Every request of TABLE goes through the installed `_make_request_with_harmony` of three CPU harness
-venvs (stock 0.17.1, 0.17.1 patched with harmony_instructions, stock 0.23.0), under both settings
-of VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS, with VLLM_SYSTEM_START_DATE pinned.
+Every request of TABLE goes through the installed `_make_request_with_harmony` of CPU harness venvs
+(stock 0.17.1; 0.17.1 and 0.22.1 patched with harmony_instructions, i.e. both bands of the patch:
+OpenAIServingChat and OpenAIServingRender; stock 0.23.0), under both settings of
+VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS, with VLLM_SYSTEM_START_DATE pinned.
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ TABLE: dict[str, dict[str, Any]] = {
     },
 }
 SETTINGS = ("unset", "1")
+PATCHED_VERSIONS = ("0.17.1", "0.22.1")  # one per band of harmony_instructions
 
 
 @pytest.fixture(scope="module")
@@ -90,9 +92,9 @@ def stock() -> dict[str, Any]:
     return harness.render_table(harness.cpu_venv("0.17.1"), TABLE, settings=SETTINGS)
 
 
-@pytest.fixture(scope="module")
-def patched(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    python = harness.clone_venv(harness.cpu_venv("0.17.1"), tmp_path_factory.mktemp("eq") / "venv")
+@pytest.fixture(scope="module", params=[pytest.param(v, id=f"vllm-{v}") for v in PATCHED_VERSIONS])
+def patched(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    python = harness.clone_venv(harness.cpu_venv(request.param), tmp_path_factory.mktemp("eq") / "venv")
     harness.apply_patches(python, ["harmony_instructions"])
     return harness.render_table(python, TABLE, settings=SETTINGS)
 
@@ -104,20 +106,22 @@ def rendered(payload: dict[str, Any], setting: str, case: str) -> dict[str, Any]
 
 
 def explain(a: dict[str, Any], b: dict[str, Any]) -> str:
-    return "\n".join(difflib.unified_diff(a["text"].split("<|"), b["text"].split("<|"), "patched 0.17.1", "stock 0.23.0", lineterm=""))
+    ours, theirs = f"patched {a['vllm']}", "stock 0.23.0"
+    return "\n".join(difflib.unified_diff(a["text"].split("<|"), b["text"].split("<|"), ours, theirs, lineterm=""))
 
 
 @pytest.mark.harness
 @pytest.mark.parametrize("setting", [pytest.param(s, id=f"flag-{s}") for s in SETTINGS])
 @pytest.mark.parametrize("case", [pytest.param(name, id=name) for name in TABLE])
-def test_patched_0171_prompt_ids_equal_stock_0230(patched: dict[str, Any], upstream: dict[str, Any], case: str, setting: str) -> None:
+def test_patched_prompt_ids_equal_stock_0230(patched: dict[str, Any], upstream: dict[str, Any], case: str, setting: str) -> None:
     ours, theirs = rendered(patched, setting, case), rendered(upstream, setting, case)
-    assert ours["ids"] == theirs["ids"], explain(ours, theirs)
+    assert ours["ids"] == theirs["ids"], explain(dict(ours, vllm=patched["vllm"]), theirs)
 
 
 @pytest.mark.harness
-def test_the_three_venvs_are_the_versions_compared(patched: dict[str, Any], stock: dict[str, Any], upstream: dict[str, Any]) -> None:
-    assert (patched["vllm"], stock["vllm"], upstream["vllm"]) == ("0.17.1", "0.17.1", "0.23.0")
+def test_the_venvs_are_the_versions_compared(stock: dict[str, Any], upstream: dict[str, Any]) -> None:
+    assert (stock["vllm"], upstream["vllm"]) == ("0.17.1", "0.23.0")
+    assert stock["where"].endswith("OpenAIServingChat._make_request_with_harmony")
     assert upstream["where"].endswith("OpenAIServingRender._make_request_with_harmony")
 
 

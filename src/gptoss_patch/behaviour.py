@@ -27,6 +27,7 @@ NEEDS_VOCAB = frozenset({"harmony_instructions"})
 START_DATE = "2026-01-01"  # VLLM_SYSTEM_START_DATE: a pinned date makes the rendered prompt reproducible
 SET_BY_PROBES = ("VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS", "VLLM_MARLIN_USE_ATOMIC_ADD")
 TIMEOUT = 600.0
+NO_PROBE = "no behaviour probe for this patch"
 VOCAB_MISSING = "the harmony vocabulary (o200k_base.tiktoken): run `gptoss-patch vocab install`"
 
 
@@ -54,7 +55,7 @@ def run(python: str, patch_ids: Sequence[str], *, verbose: bool) -> list[ProbeRe
     blocked = {pid: _vocab_blocked(pid, vocab_problem) for pid in ids if pid in NEEDS_VOCAB and vocab_problem}
     runnable = [pid for pid in ids if pid in PROBED and pid not in blocked]
     ran = _run_probes(python, runnable, env, verbose) if runnable else {}
-    return [blocked.get(pid) or ran.get(pid) or ProbeResult(pid, None, "no behaviour probe for this patch") for pid in ids]
+    return [blocked.get(pid) or ran.get(pid) or ProbeResult(pid, None, NO_PROBE) for pid in ids]
 
 
 def probe_environment(environ: Mapping[str, str]) -> tuple[dict[str, str], str | None]:
@@ -81,7 +82,8 @@ def _vocab_blocked(probe_id: str, reason: str | None) -> ProbeResult:
 
 
 def _run_probes(python: str, ids: list[str], env: dict[str, str], verbose: bool) -> dict[str, ProbeResult]:
-    command = [python, str(RUNNER), json.dumps({"probes": ids, "verbose": verbose})]
+    # -B: the probe process writes nothing, not even bytecode (into the target or into our package).
+    command = [python, "-B", str(RUNNER), json.dumps({"probes": ids, "verbose": verbose})]
     try:
         proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=TIMEOUT, check=False)
         stdout, stderr, code = proc.stdout, proc.stderr, proc.returncode
@@ -109,7 +111,9 @@ def _events(stdout: str) -> list[dict[str, Any]]:
     return events
 
 
-def _collect(python: str, ids: list[str], events: list[dict[str, Any]], stderr: str, code: int | None) -> dict[str, ProbeResult]:
+def _collect(
+    python: str, ids: list[str], events: list[dict[str, Any]], stderr: str, code: int | None
+) -> dict[str, ProbeResult]:
     """Results by id; a probe that started but never reported took the process down with it."""
     results = {e["id"]: _result(python, e) for e in events if e.get("event") == "result"}
     started = [e["id"] for e in events if e.get("event") == "start"]

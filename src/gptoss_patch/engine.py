@@ -16,7 +16,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from gptoss_patch import faults
-from gptoss_patch.errors import Conflict, PatchFailed, TargetError
+from gptoss_patch.errors import Conflict, PatchFailed, TargetError, WriteFailed
 from gptoss_patch.fsutil import atomic_write, remove_stale_bytecode, sha256
 from gptoss_patch.ledger import FileEntry, Ledger, Store, Write
 from gptoss_patch.record import read_hashes
@@ -260,6 +260,7 @@ def _plan_apply(
 
 
 def _plan_file(ctx: Context, rel: str, todo: list[PatchSpec], diff_blobs: list[bytes]) -> FilePlan:
+    _refuse_outside_link(ctx.inst, rel)
     before = ctx.on_disk(rel)
     base = ctx.read(rel)
     assert before is not None and base is not None
@@ -276,6 +277,20 @@ def _plan_file(ctx: Context, rel: str, todo: list[PatchSpec], diff_blobs: list[b
     diffs = (entry.diffs if entry and kept else ()) + tuple(sha256(b) for b in diff_blobs)
     new_entry = FileEntry(original, sha256(after), (*kept, *(s.id for s in todo)), mode, diffs)
     return FilePlan(rel, before, after, new_entry)
+
+
+def _refuse_outside_link(inst: Installation, rel: str) -> None:
+    """A target reached through a symlink is patched where the link points (the link stays a link),
+    but only inside the vllm package: a link out of it (a shared store, another environment's file)
+    would make us change files this installation does not own, and the ledger would refuse the path."""
+    path = inst.site_packages / rel
+    real = path.resolve()
+    if not real.is_relative_to(inst.package_root.resolve()):
+        raise TargetError(
+            f"{rel} is a symbolic link to {real}, outside the vllm package; nothing was written",
+            hint=f"gptoss-patch does not write through links that leave the package: replace the link with a copy "
+            f"(cp --remove-destination {real} {path}) to patch this environment alone, or --skip that patch",
+        )
 
 
 def encode(text: str, like: bytes) -> bytes:
@@ -296,23 +311,56 @@ def unified_diff(rel: str, before: bytes, after: bytes) -> str:
 
 
 def _commit(ctx: Context, op: str, plans: list[FilePlan], diff_blobs: dict[str, list[bytes]] | None = None) -> None:
-    """Store originals, journal and ledger durably, then replace the files one by one."""
+    """Store originals, journal and ledger durably, then replace the files one by one.
+
+    The bytes on disk before (`p.before`) are stored too, so that a write the filesystem refuses
+    (read-only, full) is undone through the same journal (`_undo`); garbage collection drops them.
+    """
     store = ctx.store
-    originals = [p.before for p in plans if p.entry and p.before is not None and p.entry.original == sha256(p.before)]
     extra = [b for blobs in (diff_blobs or {}).values() for b in blobs]
-    blobs = [b for b in (*originals, *extra, *(p.after for p in plans)) if b is not None]
-    store.reserve(blobs)
-    for blob in blobs:
-        store.put_blob(blob)
+    blobs = list(dict.fromkeys(b for b in (*(p.before for p in plans), *extra, *(p.after for p in plans)) if b is not None))
     ledger = _ledger_after(ctx.ledger, plans)
     writes = [Write(p.rel, sha256(p.before) if p.before is not None else None, sha256(p.after), _mode(ctx, p)) for p in plans]
-    store.begin(op, writes, ledger)
-    store.save(ledger)
-    faults.reached("ledger-written")
-    for plan, write in zip(plans, writes):
-        _replace_file(ctx.inst, plan.rel, plan.after, write.mode)
-    store.end()
+    try:
+        store.reserve(blobs)
+        for blob in blobs:
+            store.put_blob(blob)
+        store.begin(op, writes, ledger)
+    except WriteFailed:
+        store.discard()  # no target file was touched; a first apply leaves no ledger directory either
+        raise
+    try:
+        store.save(ledger)
+        faults.reached("ledger-written")
+        for plan, write in zip(plans, writes):
+            _replace_file(ctx.inst, plan.rel, plan.after, write.mode)
+    except WriteFailed as exc:
+        _undo(ctx, op, writes, exc)
+    store.end(ledger)
     ctx.ledger = ledger
+
+
+def _undo(ctx: Context, op: str, writes: list[Write], failure: WriteFailed) -> None:
+    """A write failed after the journal: journal the way back, then put back what was replaced.
+
+    The roll-back is itself journalled, so a kill during it is finished by the next command like any
+    other. If even the roll-back cannot write, the first journal stays and the next command
+    completes the operation once the filesystem accepts writes. Always raises.
+    """
+    store = ctx.store
+    back = [Write(w.path, w.after, w.before, w.mode) for w in writes if w.before is not None]
+    try:
+        store.begin(f"roll-back of a failed {op}", back, ctx.ledger)
+        store.save(ctx.ledger)
+        for write in back:
+            _roll_forward(ctx.inst, store, write)
+        store.end(ctx.ledger)
+    except WriteFailed as second:
+        raise WriteFailed(
+            f"{failure}; putting back the files already written failed too ({second})",
+            hint=f"free space or make the files writable, then run any gptoss-patch command: it completes the {op}",
+        ) from None
+    raise failure
 
 
 def _ledger_after(ledger: Ledger, plans: list[FilePlan]) -> Ledger:
@@ -333,6 +381,7 @@ def _replace_file(inst: Installation, rel: str, data: bytes, mode: int) -> None:
     path = inst.site_packages / rel
     faults.reached("before-file", path)
     atomic_write(path, data, mode)
+    faults.reached("file-replaced", path)
     remove_stale_bytecode(path)
     faults.reached("after-file", path)
 
@@ -347,20 +396,26 @@ def recover(inst: Installation, *, locked: bool = False) -> tuple[str, ...]:
             return recover(inst, locked=True)
     journal = store.journal()
     if journal is None:
-        store.tidy()
+        if store.tidy():
+            return ("removed the ledger files of an interrupted gptoss-patch run that had changed no vllm file",)
         return ()
+    if not isinstance(journal, dict) or not isinstance(journal.get("ledger"), dict):
+        raise store._corrupt("bad journal")
     ledger = store.parse_journal_ledger(journal["ledger"])
-    for row in journal["writes"]:
-        _roll_forward(inst, store, Write(**row))
+    writes = store.journal_writes(journal)
+    for write in writes:
+        _roll_forward(inst, store, write)
     store.save(ledger)
-    store.end()
-    return (f"completed an interrupted {journal['op']} of {len(journal['writes'])} file(s) (process {journal['pid']})",)
+    store.end(ledger)
+    store.remove_strays()
+    return (f"completed an interrupted {journal.get('op')} of {len(writes)} file(s) (process {journal.get('pid')})",)
 
 
 def _roll_forward(inst: Installation, store: Store, write: Write) -> None:
     path = inst.site_packages / store._checked_path(write.path)
     current = sha256(path.read_bytes()) if path.exists() else None
     if current == write.after:
+        remove_stale_bytecode(path)  # a kill may have come between the rename and this
         return
     if current != write.before:
         raise Conflict(

@@ -60,7 +60,7 @@ class Layout:
 
     def traces(self) -> list[Path]:
         """Everything of ours that exists now (uninstall removes exactly this)."""
-        files = [p for p in (self.module, self.state) if p.exists()]
+        files = [p for p in (self.module, self.state) if p.is_file()]
         return [*self.installed_dist_infos(), *files, *self.bytecode()]
 
 
@@ -106,7 +106,15 @@ def install(inst: Installation, *, mode: str | None = None, selection: Selection
         _refuse_unfixable(report)
         state = expectation(report, mode or (previous or {}).get("mode") or "fail", chosen, tool or sys.executable)
         _write_all(layout, _files(layout, state))
+    _precompile(inst.python, layout)
     return status(inst)
+
+
+def _precompile(python: str, layout: Layout) -> None:
+    """Bytecode now, by the target interpreter: every vLLM process then skips compiling the guard,
+    also where it could not write bytecode (PYTHONDONTWRITEBYTECODE, a read-only image). Best effort."""
+    code = "import py_compile, sys; py_compile.compile(sys.argv[1], doraise=True)"
+    subprocess.run([python, "-c", code, str(layout.module)], capture_output=True, timeout=60, check=False)
 
 
 def _stored_selection(previous: dict[str, Any] | None) -> Selection:
@@ -190,9 +198,10 @@ def _write_all(layout: Layout, files: dict[Path, bytes]) -> None:
     created_dir = not layout.dist_info().exists()
     try:
         for path, data in files.items():
-            undo.append((path, path.read_bytes() if path.exists() else None))
+            old = path.read_bytes() if path.exists() else None
             path.parent.mkdir(exist_ok=True)
             atomic_write(path, data, 0o644)
+            undo.append((path, old))  # only what was written: a read-only tree refuses even unlinks
         _drop_other_dist_infos(layout)
     except (OSError, WriteFailed) as exc:
         _undo(undo, layout.dist_info() if created_dir else None)
@@ -229,7 +238,8 @@ def uninstall(site: Path) -> list[Path]:
         for info in layout.installed_dist_infos():  # first: vLLM stops finding the entry point
             shutil.rmtree(info)
         for path in (layout.module, layout.state, *layout.bytecode()):
-            path.unlink(missing_ok=True)
+            if path.is_file() or path.is_symlink():  # only files: a directory of that name is not ours
+                path.unlink()
         _remove_if_empty(site / "__pycache__")
     except OSError as exc:
         raise write_failed(Path(exc.filename or site), exc) from None

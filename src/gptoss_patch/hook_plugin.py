@@ -95,7 +95,7 @@ def evaluate(site: Path, state: dict | None) -> Verdict:
         return verdict
     if (dist_info / JOURNAL).exists():
         verdict.add("journal", "an interrupted gptoss-patch run left a journal")
-    ledger = _read_ledger(verdict)
+    ledger = _read_ledger(verdict, dist_info)
     claims = _claims(verdict, ledger, state)
     _prove(verdict, claims, ledger)
     _expect(verdict, state, ledger)
@@ -107,8 +107,8 @@ def _dist_info(site: Path) -> Path | None:
     return found[0] if found else None
 
 
-def _read_ledger(verdict: Verdict) -> dict | None:
-    path = verdict.dist_info / LEDGER
+def _read_ledger(verdict: Verdict, dist_info: Path) -> dict | None:
+    path = dist_info / LEDGER
     if not path.exists():
         return None
     try:
@@ -211,9 +211,11 @@ def check() -> None:
     verdict = evaluate(_site_of_vllm(), state)
     if broken:
         verdict.add("state", broken)
+    if mode == "apply" and verdict.fixable:
+        verdict = _repair(verdict, state, root)
+    logger.info("gptoss-patch: %s", verdict.summary())  # before any refusal: every node's state is in the log
     if verdict.problems:
-        verdict = _act(verdict, state, mode, root)
-    logger.info("gptoss-patch: %s", verdict.summary())
+        _act(verdict, state, mode, root)
     _compare(verdict, mode, root)
 
 
@@ -232,12 +234,11 @@ def _site_of_vllm() -> Path:
     return Path(origin).resolve().parent.parent if origin else Path(__file__).resolve().parent
 
 
-def _act(verdict: Verdict, state: dict | None, mode: str, root: bool) -> Verdict:
+def _act(verdict: Verdict, state: dict | None, mode: str, root: bool) -> None:
+    """warn: log and go on; fail (and apply, for what apply cannot repair): refuse."""
     if mode == "warn":
         logger.warning("gptoss-patch: %s; continuing (mode warn); fix: %s", _problems(verdict), fix_command(verdict, state))
-        return verdict
-    if mode == "apply" and verdict.fixable:
-        return _repair(verdict, state, root)
+        return
     _refuse(f"{_problems(verdict)}; fix: {fix_command(verdict, state)}", root)
 
 
@@ -286,8 +287,8 @@ def _repair(verdict: Verdict, state: dict | None, root: bool) -> Verdict:
     """Re-apply with gptoss-patch (which takes the engine's lock), then decide whether we may go on."""
     blocked = _unwritable(verdict)
     if blocked:
-        _refuse(f"{_problems(verdict)}; mode apply cannot re-apply: {blocked} is read-only; fix: {fix_command(verdict, state)} "
-                "as a user who can write there", root)
+        _refuse(f"{_problems(verdict)}; mode apply cannot re-apply: {blocked} is not writable (read-only or "
+                f"permissions); fix: {fix_command(verdict, state)} as a user who can write there", root)
     tool = _tool(state)
     if tool is None:
         _refuse(f"{_problems(verdict)}; mode apply cannot re-apply: gptoss-patch is not importable here and the "

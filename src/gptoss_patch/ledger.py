@@ -21,8 +21,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from gptoss_patch import faults
-from gptoss_patch.errors import Conflict, Locked
-from gptoss_patch.fsutil import atomic_write, sha256, temp_name
+from gptoss_patch.errors import Conflict, GptossPatchError, Locked
+from gptoss_patch.fsutil import atomic_write, sha256, temp_name, write_failed
 from gptoss_patch.record import register, unregister
 from gptoss_patch.target import Installation
 
@@ -95,6 +95,8 @@ class Store:
             raise self._corrupt(f"bad entry for {path}") from None
         if not all(_HEX64.fullmatch(h) for h in (entry.original, entry.patched, *entry.diffs)):
             raise self._corrupt(f"bad hash for {path}")
+        if not 0 <= entry.mode <= 0o7777:  # a file mode, nothing else (it is passed to fchmod)
+            raise self._corrupt(f"bad mode for {path}")
         return entry
 
     def _checked_path(self, relpath: str) -> str:
@@ -134,6 +136,20 @@ class Store:
     def has_journal(self) -> bool:
         return (self.dir / "journal.json").exists()
 
+    def journal_writes(self, journal: Any) -> list[Write]:
+        """The journal's rows, checked like the ledger: paths inside the package, real hashes, a mode."""
+        try:
+            rows = journal["writes"]
+            writes = [Write(str(r["path"]), r["before"], str(r["after"]), int(r["mode"])) for r in rows]
+        except (KeyError, TypeError, ValueError):
+            raise self._corrupt("bad journal") from None
+        for w in writes:
+            self._checked_path(w.path)
+            hashes = (w.after,) if w.before is None else (w.before, w.after)
+            if not all(isinstance(h, str) and _HEX64.fullmatch(h) for h in hashes) or not 0 <= w.mode <= 0o7777:
+                raise self._corrupt(f"bad journal row for {w.path}")
+        return writes
+
     # -- writing (callers hold the lock) ---------------------------------------------------------
     def _register(self, *names: str) -> None:
         """List our files in RECORD before creating them, so pip removes them with vLLM."""
@@ -141,8 +157,26 @@ class Store:
         register(self.inst.record, [r for n in rels for r in (n, str(temp_name(Path(n))))])
 
     def reserve(self, blobs: list[bytes]) -> None:
-        """Register, in one RECORD update, every file a transaction may create."""
+        """Register, in one RECORD update, every file a transaction may create.
+
+        The (empty) directory is created first: if we are killed after the RECORD update, the next
+        command finds a ledger directory without ledger.json and tidies both (see engine.recover).
+        An empty directory pip does not list is harmless: pip removes a .dist-info it owns whole.
+        """
+        try:
+            self.dir.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise write_failed(self.dir, exc) from None
+        self._refuse_links()
         self._register("ledger.json", "journal.json", *(f"objects/{sha256(b)}" for b in blobs))
+
+    def _refuse_links(self) -> None:
+        """Our files are written by rename: a planted symlink must not redirect a write out of here."""
+        ours = [self.dir, self.dir / "ledger.json", self.dir / "journal.json", self.dir / "objects"]
+        objects = self.dir / "objects"
+        links = [p for p in (*ours, *(objects.iterdir() if objects.is_dir() else ())) if p.is_symlink()]
+        if links:
+            raise self._corrupt(f"{links[0].name} is a symbolic link")
 
     def put_blob(self, data: bytes) -> str:
         """Store `data` (its name registered by reserve() first)."""
@@ -150,8 +184,12 @@ class Store:
         path = self.dir / "objects" / digest
         if path.exists() and sha256(path.read_bytes()) == digest:
             return digest
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise write_failed(path.parent, exc) from None
         atomic_write(path, data, 0o644)
+        faults.reached("blob-stored", path)
         return digest
 
     def save(self, ledger: Ledger) -> None:
@@ -165,39 +203,76 @@ class Store:
         atomic_write(self.dir / "journal.json", _dump(body), 0o644)
         faults.reached("journal-written")
 
-    def end(self) -> None:
+    def end(self, ledger: Ledger) -> None:
+        """Close a transaction whose ledger (now on disk) is `ledger`.
+
+        An empty ledger is destroyed *before* the journal goes (destroy() removes ledger.json first),
+        so no crash can leave an empty ledger without a journal, which no later command would clean.
+        """
         faults.reached("before-journal-clear")
+        if not ledger.files:
+            self.destroy()
+            return
         (self.dir / "journal.json").unlink(missing_ok=True)
-        self.collect_garbage()
+        faults.reached("journal-cleared")
+        self.collect_garbage(ledger)
 
     def parse_journal_ledger(self, raw: Any) -> Ledger:
         return self._parse_ledger(raw)
 
-    def collect_garbage(self) -> None:
+    def collect_garbage(self, ledger: Ledger | None = None) -> None:
         """Drop objects no ledger entry needs; remove the whole directory once the ledger is empty."""
-        ledger = self.load()
+        ledger = ledger if ledger is not None else self.load()
         if not ledger.files and not self.has_journal():
             self.destroy()
             return
         keep = {h for e in ledger.files.values() for h in (e.original, *e.diffs)}
-        for obj in (self.dir / "objects").glob("*"):
+        for obj in sorted((self.dir / "objects").glob("*")):
             if obj.name not in keep:
                 obj.unlink(missing_ok=True)
+                faults.reached("object-removed", obj)
 
     def destroy(self) -> None:
-        """Leave no trace: our directory goes, and RECORD is byte-identical to what pip wrote."""
-        if self.dir.exists():
-            shutil.rmtree(self.dir)
-        unregister(self.inst.record, self.prefix)
+        """Leave no trace: our directory goes, and RECORD is byte-identical to what pip wrote.
 
-    def tidy(self) -> None:
-        """Finish a clean-up a crash interrupted: stray temporaries, an empty directory, RECORD rows."""
+        The order survives a kill at any point: ledger.json goes first (a directory without it is
+        what tells the next command to finish this clean-up, or a journal rolls forward), and RECORD
+        loses our rows only once the files they list are gone; the empty directory goes last.
+        """
+        for name, step in (("ledger.json", "ledger-removed"), ("journal.json", "journal-removed")):
+            (self.dir / name).unlink(missing_ok=True)
+            faults.reached(step)
+        for child in self.dir.iterdir() if self.dir.exists() else ():
+            shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+        faults.reached("contents-removed")
+        unregister(self.inst.record, self.prefix)
+        if self.dir.exists():
+            self.dir.rmdir()
+
+    def remove_strays(self) -> None:
+        """Temporary files a killed atomic_write left behind (we hold the lock: none is in use)."""
         for stray in self.dir.rglob("*.gptoss-tmp") if self.dir.exists() else ():
             stray.unlink(missing_ok=True)
         temp_name(self.inst.record).unlink(missing_ok=True)
+
+    def tidy(self) -> bool:
+        """Finish a clean-up a crash interrupted: stray temporaries, an empty directory, RECORD rows.
+
+        Returns whether there was a ledger directory (or RECORD rows) to remove.
+        """
+        self.remove_strays()
         if not (self.dir / "ledger.json").exists() and not self.has_journal():
             if self.dir.exists() or any(self.prefix in line for line in _lines(self.inst.record)):
                 self.destroy()
+                return True
+        return False
+
+    def discard(self) -> None:
+        """After a write failed before the journal existed: undo what a first apply left (best effort)."""
+        try:
+            self.tidy()
+        except (OSError, GptossPatchError):
+            pass  # the next command's recover() tries again
 
     # -- locking -------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -207,7 +282,11 @@ class Store:
         fd = os.open(self.inst.dist_info, os.O_RDONLY)
         try:
             _acquire(fd, limit, self.inst.dist_info)
-            yield
+            faults.reached("lock-acquired", self.inst.dist_info)
+            try:
+                yield
+            finally:
+                faults.reached("lock-released", self.inst.dist_info)
         finally:
             os.close(fd)  # closing releases the flock
 

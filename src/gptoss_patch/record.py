@@ -12,6 +12,7 @@ import csv
 import io
 from pathlib import Path
 
+from gptoss_patch import faults
 from gptoss_patch.fsutil import atomic_write
 
 
@@ -42,6 +43,7 @@ def register(record: Path, relpaths: list[str]) -> None:
     if data and not data.endswith(b"\n"):
         data += b"\n"
     atomic_write(record, data + "".join(f"{p},,\n" for p in missing).encode())
+    faults.reached("record-registered", record)
 
 
 def unregister(record: Path, prefix: str) -> None:
@@ -50,3 +52,4 @@ def unregister(record: Path, prefix: str) -> None:
     kept = [line for line in lines if not line.decode("utf-8", "replace").startswith(prefix)]
     if len(kept) != len(lines):
         atomic_write(record, b"".join(kept))
+        faults.reached("record-unregistered", record)

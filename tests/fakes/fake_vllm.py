@@ -217,7 +217,8 @@ def _completion(body: dict) -> dict:
     if "repetition" in MODES:
         content, finish = "The user is asking about France. " * 60, "length"
     if "null-content" in MODES:
-        content, reasoning, finish = None, "The user asks about France. " * 20, "length"
+        content, finish = None, "length"
+        reasoning = "The user asks for the capital of France; answer Paris in one sentence, then the code word."
     tokens = len(((content or "") + reasoning).split())
     return {
         "id": "chatcmpl-fake",

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from gptoss_patch import engine
 from gptoss_patch.launcher import plan as planning
 from gptoss_patch.launcher.results import Check, LaunchPlan
-from tests.launcher.installs import build_fake_install, extract_static, install_vocabulary
+from tests.launcher.installs import build_install, extract_static, install_vocabulary
 
 MODEL = "openai/gpt-oss-20b"
 
@@ -45,7 +46,7 @@ def installs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
 
     class Lazy(dict):
         def __missing__(self, version: str):
-            built[version] = build_fake_install(tmp_path_factory.mktemp(f"vllm-{version}") / "venv", version)
+            built[version] = build_install(tmp_path_factory.mktemp(f"vllm-{version}") / "venv", version)
             self[version] = built[version]
             return built[version]
 
@@ -70,6 +71,11 @@ def resolve(inst, environ: dict[str, str] | None = None, *, model: str | None = 
     options.setdefault("gpu", "cpu")
     options.setdefault("port", free_port())
     return planning.resolve(inst, planning.launch_options(model, **options), {**base, **(environ or {})})
+
+
+def pending_summary(inst) -> str:
+    """What the patches check lists for an install that needs `gptoss-patch apply`."""
+    return "; ".join(f"{r.id} {r.state.value}" for r in engine.status(inst).results if r.state.needs_action)
 
 
 def rows(checks: tuple[Check, ...] | list[Check], name: str) -> list[Check]:

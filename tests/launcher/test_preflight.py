@@ -9,8 +9,8 @@ import pytest
 from gptoss_patch.errors import TargetError, UsageError
 from gptoss_patch.launcher import preflight
 from gptoss_patch.launcher.results import Status
-from tests.launcher.conftest import resolve, rows
-from tests.launcher.installs import build_fake_install
+from tests.launcher.conftest import pending_summary, resolve, rows
+from tests.launcher.installs import build_install
 
 VERSIONS = ["0.17.1", "0.33.0"]
 ids = [f"vllm-{v}" for v in VERSIONS]
@@ -58,7 +58,7 @@ def test_a_typo_gets_a_did_you_mean(installs):
 
 
 def test_a_deprecated_variable_warns_with_vllms_replacement(tmp_path):
-    inst = build_fake_install(tmp_path / "venv", "0.22.1", patched=False)
+    inst = build_install(tmp_path / "venv", "0.22.1", patched=False)
     check = only(checks_for(inst, {"VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8": "1"}, allow_unpatched=True), "env")
     assert check.status is Status.WARN
     assert check.message == "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8 is deprecated in vLLM 0.22.1"
@@ -97,7 +97,7 @@ def test_unknown_flag_gets_a_did_you_mean(installs):
 
 
 def test_moe_backend_flag_does_not_exist_before_0170(tmp_path):
-    inst = build_fake_install(tmp_path / "venv", "0.16.0", patched=False)
+    inst = build_install(tmp_path / "venv", "0.16.0", patched=False)
     check = only(checks_for(inst, extra_args=("--moe-backend", "marlin"), allow_unpatched=True), "flags")
     assert check.status is Status.FAIL and check.message.startswith("--moe-backend is not a flag of vLLM 0.16.0")
 
@@ -134,6 +134,11 @@ def test_reasoning_parser_warns_unless_reasoning_is_expected(installs):
     check = only(checks_for(installs["0.17.1"], extra_args=extra), "flags")
     assert (check.status, check.issue) == (Status.WARN, "G08") and "`content` is null" in check.message
     assert only(checks_for(installs["0.17.1"], extra_args=extra, expect_reasoning=True), "flags").status is Status.PASS
+
+
+def test_the_pre_0102_parser_name_fails(installs):
+    check = only(checks_for(installs["0.17.1"], extra_args=("--reasoning-parser", "GptOss")), "flags")
+    assert (check.status, check.fix) == (Status.FAIL, "--reasoning-parser openai_gptoss")
 
 
 def test_gb10_memory_above_090_warns(installs):
@@ -180,10 +185,10 @@ def test_binding_beyond_loopback_needs_a_key_or_consent(installs, host, environ,
 
 
 def test_unpatched_fails_and_allow_unpatched_warns_loudly(tmp_path):
-    inst = build_fake_install(tmp_path / "venv", "0.17.1", patched=False)
+    inst = build_install(tmp_path / "venv", "0.17.1", patched=False)
     check = only(checks_for(inst), "patches")
     assert check.status is Status.FAIL
-    assert check.message == "not clean: harmony_instructions pending; marlin_atomic_add_sm121 pending"
+    assert check.message == f"not clean: {pending_summary(inst)}" and "harmony_instructions pending" in check.message
     assert check.fix == "gptoss-patch apply (or --allow-unpatched)"
     loud = only(checks_for(inst, allow_unpatched=True), "patches")
     assert loud.status is Status.WARN and loud.message.startswith("STARTING UNPATCHED")
@@ -199,7 +204,7 @@ def test_harmony_instructions_variable_follows_the_patch_state(installs, version
 
 
 def test_harmony_instructions_variable_not_set_while_pending(tmp_path):
-    plan = resolve(build_fake_install(tmp_path / "venv", "0.17.1", patched=False), allow_unpatched=True)
+    plan = resolve(build_install(tmp_path / "venv", "0.17.1", patched=False), allow_unpatched=True)
     assert "VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS" not in plan.env_additions
     assert any("harmony_instructions is pending" in note for note in plan.notes)
 
@@ -248,7 +253,7 @@ def test_a_model_id_is_left_to_vllm(installs):
 
 
 def test_a_missing_vllm_executable_stops_serve(tmp_path):
-    inst = build_fake_install(tmp_path / "venv", "0.17.1")
+    inst = build_install(tmp_path / "venv", "0.17.1")
     (tmp_path / "venv" / "bin" / "vllm").unlink()
     with pytest.raises(TargetError, match=r"^no vllm executable at .*/bin/vllm; reinstall vLLM there"):
         preflight.require_launchable(resolve(inst))

@@ -29,7 +29,7 @@ class Recorder:
 
     def _notify(self, message: str) -> None:
         self.notes.append(message)
-        if message.startswith("ready") and self.then:
+        if message.startswith("Ready") and self.then:
             threading.Thread(target=self.then, daemon=True).start()
 
 
@@ -170,3 +170,15 @@ def test_killing_the_launcher_takes_vllm_down_with_it(installs, tmp_path):
     proc.kill()
     proc.communicate(timeout=10)
     assert wait_until(lambda: not pid_alive(pid), timeout=10), "vllm outlived a SIGKILLed launcher"
+
+
+def test_a_closed_terminal_does_not_stall_vllm_and_the_log_file_keeps_everything(installs, tmp_path):
+    def closed(_line: str) -> None:
+        raise BrokenPipeError("stdout closed")
+
+    recorder = Recorder(then=terminate_me)
+    hooks = runner.Hooks(echo=closed, notify=recorder.hooks().notify)
+    plan = resolve(installs["0.17.1"], fake_env(tmp_path))
+    outcome = runner.run(plan, log_file=tmp_path / "serve.log", health_url=planning.health_url(plan), hooks=hooks)
+    assert outcome.exit_code == 0
+    assert "INFO:     Shutting down" in (tmp_path / "serve.log").read_text()

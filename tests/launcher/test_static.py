@@ -147,3 +147,13 @@ def test_scan_flags_groups_values_with_their_flag(args, expected):
 
 def test_last_value_follows_argparse_last_one_wins():
     assert static.last_value(["--host", "0.0.0.0", "--host=127.0.0.1"], "--host") == "127.0.0.1"
+
+
+@pytest.mark.parametrize(("version", "calls"), [("0.15.1", 158), ("0.17.1", 171), ("0.23.0", 204), ("0.33.0", 254)], ids=lambda v: f"vllm-{v}" if isinstance(v, str) else None)
+def test_every_add_argument_call_of_arg_utils_is_seen(static_installs, version, calls):
+    """The call counts of vllm-versions.md D1: no `--flag` registered in arg_utils.py is missed."""
+    import ast
+
+    tree = ast.parse((static_installs[version].package_root / static.ARG_UTILS_FILE).read_text())
+    with_option = [c for c in static._add_argument_calls(tree) if any(isinstance(a, ast.Constant) and str(a.value).startswith("--") for a in c.args)]
+    assert len(with_option) == calls

@@ -55,18 +55,20 @@ def resolve_plan(python: str | None, venv: str | None, vllm: str | None, build_o
     The options are validated while the target interpreter answers: bad input still stops before anything
     starts, and the launcher's own imports overlap the probe (time-to-exec budget: 0.3 s).
     """
+    import os
     from concurrent.futures import ThreadPoolExecutor
 
     from gptoss_patch import render, target
 
-    with ThreadPoolExecutor(max_workers=1) as pool:
+    with ThreadPoolExecutor(max_workers=2) as pool:
         found = pool.submit(lambda: target.discover(target.interpreter_for(python, venv), vllm))
         options = build_options()
-        from gptoss_patch.launcher import plan as planning, preflight  # noqa: F401 - imported while the probe runs
+        from gptoss_patch.launcher import plan as planning, preflight, runner  # noqa: F401 - while the probe runs
 
+        vocab_ahead = pool.submit(preflight.vocabulary_ahead, dict(os.environ))
         inst = found.result()
     render.info(f"Detected vllm {inst.version} at {inst.site_packages} (python {inst.python})")
-    return planning.resolve(inst, options)
+    return planning.resolve(inst, options, vocab_ahead=vocab_ahead.result())
 
 
 def show_checks(checks: tuple[Check, ...], *, everything: bool) -> None:

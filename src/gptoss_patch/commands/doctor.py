@@ -50,6 +50,7 @@ def doctor(
 ) -> None:
     """Run every pre-flight check `serve` runs, against the installed vLLM, and print the table.
 
+    MODEL (optional) and the arguments after -- are checked as `serve` would check them.
     Exit 0 when nothing fails (warnings allowed), 1 when `serve` would refuse to start.
     """
     options = deferred_options(

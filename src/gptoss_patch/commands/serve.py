@@ -61,7 +61,8 @@ def serve(
 ) -> None:
     """Run `vllm serve` for gpt-oss with a GPU profile, after pre-flight checks; watch its log and /health.
 
-    Arguments after -- go to `vllm serve` unchanged (and win over the profile's).
+    MODEL is a model id or a local path, as for `vllm serve`. Arguments after -- go to `vllm serve`
+    unchanged (and win over the profile's). Exit code: vLLM's own; 1 when a check stopped it.
     """
     options = deferred_options(
         model, gpu=gpu, concurrency=concurrency, host=host, port=port, extra_args=tuple(extra or ()),
@@ -95,8 +96,6 @@ def _preflight(plan: LaunchPlan) -> None:
 def _hooks(plan: LaunchPlan, run_smoke: bool) -> runner.Hooks:
     from gptoss_patch import render
     from gptoss_patch.launcher import plan as planning, runner
-
-    render.info(f"Starting: {plan.command_line}")
 
     def canary():
         from gptoss_patch.launcher import smoke

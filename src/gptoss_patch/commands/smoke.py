@@ -13,7 +13,7 @@ ModelOption = Annotated[
     str | None, typer.Option("--model", metavar="NAME", help="Model name to send (default: the first of /v1/models).", show_default=False)
 ]
 ApiKeyOption = Annotated[
-    str | None, typer.Option("--api-key", envvar="VLLM_API_KEY", metavar="KEY", help="Bearer key [env: VLLM_API_KEY].", show_default=False, show_envvar=False)
+    str | None, typer.Option("--api-key", envvar="VLLM_API_KEY", metavar="KEY", help="Bearer key; default: $VLLM_API_KEY.", show_default=False, show_envvar=False)
 ]
 TimeoutOption = Annotated[float, typer.Option("--timeout", metavar="SECONDS", help="Give up on the request after this long.")]
 
@@ -31,7 +31,7 @@ def smoke(
     json_output: JsonOption = False,
     verbose: VerboseOption = False,
 ) -> None:
-    """Send one gpt-oss chat completion (temperature 0) and check the answer.
+    """Send one gpt-oss chat completion (temperature 0) to the server at URL and check the answer.
 
     Checks: HTTP 200, content non-null, finish_reason stop, no repetition loop, system prompt obeyed;
     reports output tokens per second. Exit 1 when any check fails.

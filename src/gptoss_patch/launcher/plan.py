@@ -49,13 +49,14 @@ def launch_options(
     return LaunchOptions(model=model, gpu=profiles.choose_gpu(gpu), concurrency=parsed, port=port, **rest)
 
 
-def resolve(inst, options: LaunchOptions, environ: Mapping[str, str] | None = None) -> LaunchPlan:
+def resolve(inst, options: LaunchOptions, environ: Mapping[str, str] | None = None, *, vocab_ahead=None) -> LaunchPlan:
+    """`vocab_ahead`: preflight.vocabulary_ahead(environ), computed while the target probe ran (optional)."""
     environ = dict(os.environ if environ is None else environ)
     caps = static.read_capabilities(inst.package_root, inst.version)
     report = _patch_status(inst)
     profile = profiles.profile_settings(options.gpu.profile, caps)
     wanted = [
-        Setting.flag("--host", options.host, why="bind loopback unless asked otherwise: vLLM serves without auth by default"),
+        _host_setting(options.host),
         Setting.flag("--port", str(options.port), why="the port /health and the smoke canary are checked on"),
         *profile.settings,
         *_capture_sizes(options.concurrency, caps, options.extra_args),
@@ -78,7 +79,14 @@ def resolve(inst, options: LaunchOptions, environ: Mapping[str, str] | None = No
         patch_report=report,
         capabilities=caps,
         options=options,
+        vocab_ahead=vocab_ahead,
     )
+
+
+def _host_setting(host: str) -> Setting:
+    if host in (LOOPBACK, "localhost", "::1"):
+        return Setting.flag("--host", host, why="loopback only, the default: vLLM serves without authentication unless given an API key")
+    return Setting.flag("--host", host, why="asked for with --host; the security check required an API key or --allow-unauthenticated")
 
 
 def _patch_status(inst):
@@ -142,12 +150,19 @@ def _harmony_note(report) -> list[str]:
 
 def _vocabulary(inst, environ: Mapping[str, str]) -> list[Setting]:
     """Point harmony at the local vocabulary (< 0.31), unless the user already points it somewhere (G01)."""
-    if inst.version.release[:2] >= VOCAB_BUNDLED_FROM or any(name in environ for name in VOCAB_ENV):
+    if inst.version.release[:2] >= VOCAB_BUNDLED_FROM:
         return []
+    why = "load the harmony vocabulary from the local copy: harmony never downloads then, so start-up cannot die offline (G01)"
+    return [Setting.env(name, value, why=why) for name, value in vocabulary_exports(environ).items()]
+
+
+def vocabulary_exports(environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables that point harmony at gptoss-patch's vocabulary directory; none if the user set their own."""
+    if any(name in environ for name in VOCAB_ENV):
+        return {}
     from gptoss_patch import vocab
 
-    why = "load the harmony vocabulary from the local copy: harmony never downloads then, so start-up cannot die offline (G01)"
-    return [Setting.env(name, value, why=why) for name, value in vocab.exports(vocab.default_dir()).items()]
+    return vocab.exports(vocab.default_dir())
 
 
 def _apply_overrides(wanted: list[Setting], extra_args: tuple[str, ...], environ: Mapping[str, str]) -> tuple[list[Setting], list[str]]:

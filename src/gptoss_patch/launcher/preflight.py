@@ -5,7 +5,9 @@ from __future__ import annotations
 import errno
 import ipaddress
 import socket
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from gptoss_patch.errors import TargetError, UsageError
 from gptoss_patch.launcher import knowledge, plan as planning, profiles
@@ -17,6 +19,7 @@ GPT_OSS_REASONING_PARSERS = ("openai_gptoss", "GptOss")  # GptOss was its name i
 SINK_BACKENDS = {"sm90": ("FLASH_ATTN", "TRITON_ATTN"), "sm100": ("FLASHINFER", "TRITON_ATTN")}
 SINK_BACKENDS_ELSEWHERE = ("TRITON_ATTN",)
 GB10_MAX_UTILIZATION = 0.90
+VOCAB_LOOKUP_ENV = ("TIKTOKEN_ENCODINGS_BASE", "TIKTOKEN_RS_CACHE_DIR", "TMPDIR")  # all that vocab.status reads
 
 
 def run_checks(plan: LaunchPlan) -> tuple[Check, ...]:
@@ -166,6 +169,8 @@ def _stream_interval(plan: LaunchPlan) -> list[Check]:
 
 def _reasoning_parser(plan: LaunchPlan) -> list[Check]:
     value = planning.effective(plan, "--reasoning-parser")
+    if value == "GptOss" and plan.installation.version.release[:3] >= (0, 10, 2):
+        return [Check("flags", Status.FAIL, "--reasoning-parser GptOss was renamed in 0.10.2", fix="--reasoning-parser openai_gptoss", issue="G15")]
     if value not in GPT_OSS_REASONING_PARSERS or plan.options.expect_reasoning:
         return []
     message = (
@@ -210,12 +215,33 @@ def check_vocabulary(plan: LaunchPlan) -> list[Check]:
     inst = plan.installation
     if inst.version.release[:2] >= planning.VOCAB_BUNDLED_FROM:
         return _bundled_vocabulary(inst)
-    from gptoss_patch import vocab
-
-    status = vocab.status(plan.env)
+    status = _vocabulary_status(plan)
     if status.ok:
         return [Check("vocab", Status.PASS, f"{status.path} ({status.source}), sha256 verified")]
     return [Check("vocab", Status.FAIL, f"harmony vocabulary: {status.reason}", fix="gptoss-patch vocab install", issue="G01")]
+
+
+def vocabulary_ahead(environ: Mapping[str, str]) -> tuple[tuple[tuple[str, str], ...], Any]:
+    """The vocabulary verdict for `environ` plus gptoss-patch's exports, keyed by what harmony's lookup reads.
+
+    Hashing the 3.6 MB file costs ~15 ms: serve computes it in a thread while the target probe runs.
+    """
+    from gptoss_patch import vocab
+
+    env = {**environ, **planning.vocabulary_exports(environ)}
+    return _lookup_key(env), vocab.status(env)
+
+
+def _vocabulary_status(plan: LaunchPlan):
+    if plan.vocab_ahead is not None and plan.vocab_ahead[0] == _lookup_key(plan.env):
+        return plan.vocab_ahead[1]
+    from gptoss_patch import vocab
+
+    return vocab.status(plan.env)
+
+
+def _lookup_key(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple((name, env[name]) for name in VOCAB_LOOKUP_ENV if name in env)
 
 
 def _bundled_vocabulary(inst) -> list[Check]:

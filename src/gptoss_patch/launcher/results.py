@@ -80,6 +80,7 @@ class LaunchPlan:
     patch_report: Any = None  # spec.Report from engine.status
     capabilities: Any = None  # static.Capabilities of the installed vLLM
     options: Any = None  # plan.LaunchOptions the plan was resolved from
+    vocab_ahead: Any = None  # (lookup variables, vocab.VocabStatus) computed ahead by preflight.vocabulary_ahead
 
     @property
     def argv(self) -> list[str]:

@@ -64,6 +64,7 @@ def run(plan: LaunchPlan, *, log_file: Path, health_url: str, hooks: Hooks) -> R
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "a", encoding="utf-8") as log:
         child = spawn(plan)
+        hooks.notify(f"Started vLLM (pid {child.pid}): {plan.command_line}")
         state = _Run(child, plan)
         pump = _start(_pump_log, state, child.stdout, log, hooks.echo)
         try:
@@ -127,7 +128,7 @@ def _pump_log(state: _Run, stream: IO[bytes], log: IO[str], echo: Callable[[str]
     """Tee every line to the terminal and the log file; report the MoE backend line when it passes."""
     for raw in iter(stream.readline, b""):
         line = raw.decode("utf-8", "replace")
-        echo(line)
+        echo = _echo_safely(echo, line)
         log.write(line)
         log.flush()
         state.tail.append(line.rstrip("\n"))
@@ -135,6 +136,16 @@ def _pump_log(state: _Run, stream: IO[bytes], log: IO[str], echo: Callable[[str]
         if backend is not None:
             state.events.put(("backend", backend))
     state.events.put(("eof", None))
+
+
+def _echo_safely(echo: Callable[[str], None], line: str) -> Callable[[str], None]:
+    """A closed terminal (`serve | head`, a dropped ssh) must not stop the pump: vLLM would block on a full
+    pipe. Echoing stops; the log file keeps everything."""
+    try:
+        echo(line)
+    except (OSError, ValueError):
+        return lambda _line: None
+    return echo
 
 
 def _probe_health(state: _Run, url: str) -> None:
@@ -183,13 +194,13 @@ def _on_backend(state: _Run, backend: str, hooks: Hooks) -> None:
     state.stopped_for = (
         f"vLLM selected the {backend} MXFP4 MoE backend, but the {state.plan.profile} profile pinned {expected} (G14)"
     )
-    hooks.notify(f"stopping vLLM: {state.stopped_for}")
+    hooks.notify(f"Stopping vLLM: {state.stopped_for}")
     _signal_group(state.child, signal.SIGTERM)
 
 
 def _on_ready(state: _Run, after: float, hooks: Hooks) -> None:
     state.ready_after = after
-    hooks.notify(f"ready: /health answered after {after:.1f} s")
+    hooks.notify(f"Ready: /health answered after {after:.1f} s")
     if hooks.smoke is None or state.stopped_for:
         return
     state.smoke = hooks.smoke()

@@ -20,8 +20,7 @@ def render_script(plan: LaunchPlan) -> str:
         f"# Target: {inst.site_packages} (python {inst.python}); GPU profile {plan.profile} ({plan.profile_source}).",
         "# The pre-flight checks passed when this was written; run `gptoss-patch doctor` again after changing anything.",
         "set -euo pipefail",
-        "",
-        *(f"# note: {note}" for note in plan.notes),
+        *_note_lines(plan),
         *_inherited_lines(plan),
         *_env_lines(plan),
         "",
@@ -48,10 +47,18 @@ def _inherited_lines(plan: LaunchPlan) -> list[str]:
     return lines
 
 
+def _note_lines(plan: LaunchPlan) -> list[str]:
+    return ["", *(f"# note: {note}" for note in plan.notes)] if plan.notes else []
+
+
 def _env_lines(plan: LaunchPlan) -> list[str]:
     lines: list[str] = []
+    previous_why = None
     for setting in (s for s in plan.settings if s.kind == "env"):
-        lines += ["", f"# {setting.why}", f"export {setting.name}={shlex.quote(setting.values[0])}"]
+        if setting.why != previous_why:  # one comment for a group of variables set for one reason
+            lines += ["", f"# {setting.why}"]
+            previous_why = setting.why
+        lines.append(f"export {setting.name}={shlex.quote(setting.values[0])}")
     return lines
 
 

@@ -162,7 +162,10 @@ SPEC = PatchSpec(
         "https://github.com/vllm-project/vllm/pull/44330",
         "https://github.com/vllm-project/vllm/issues/33210",
     ),
-    bands=(Band(">=0.15.1,<0.18", "entrypoints/openai/chat_completion/serving.py"),),
+    bands=(
+        Band(">=0.15.1,<0.18", "entrypoints/openai/chat_completion/serving.py"),  # OpenAIServingChat
+        Band(">=0.18,<0.23", "entrypoints/serve/render/serving.py"),  # OpenAIServingRender
+    ),
     codemod=codemod,
     is_applied=is_applied,
     fixed_upstream=fixed_upstream,

@@ -28,8 +28,11 @@ def run(verbose):
     detail = "\n".join(rendered) if verbose else ""
     if problems:
         return {"passed": False, "evidence": "; ".join(problems), "detail": detail}
-    evidence = "client system text under the developer # Instructions when unset, in vLLM's system message with =1, no second system message ({})"
-    return {"passed": True, "evidence": evidence.format("; ".join(seen)), "detail": detail}
+    evidence = (
+        "client system text under the developer # Instructions when unset, in vLLM's system message with =1, "
+        "no second system message ({})".format("; ".join(seen))
+    )
+    return {"passed": True, "evidence": evidence, "detail": detail}
 
 
 def check(parts, to_system):

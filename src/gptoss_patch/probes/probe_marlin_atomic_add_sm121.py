@@ -24,7 +24,11 @@ def run(verbose):
     function = marlin_utils.should_use_atomic_add_reduce
     observed = [(cap, value, expected, _call(torch, function, cap, value)) for cap, value, expected in CASES]
     lines = ["cc {} {}: {}".format(cap, _label(value), got) for cap, value, _, got in observed]
-    problems = ["cc {} {} returned {}, expected {}".format(cap, _label(value), got, want) for cap, value, want, got in observed if got is not want]
+    problems = [
+        "cc {} {} returned {}, expected {}".format(cap, _label(value), got, want)
+        for cap, value, want, got in observed
+        if got is not want
+    ]
     for sibling in SIBLINGS:
         module = importlib.import_module(package + "." + sibling)
         if getattr(module, "should_use_atomic_add_reduce", function) is not function:
@@ -33,8 +37,8 @@ def run(verbose):
     detail = "\n".join(lines) if verbose else ""
     if problems:
         return {"passed": False, "evidence": "{}: {}".format(call, "; ".join(problems)), "detail": detail}
-    shared = " and ".join(SIBLINGS)
-    return {"passed": True, "evidence": "{}: {}; {} share the function".format(call, ", ".join(lines), shared), "detail": detail}
+    evidence = "{}: {}; {} share the function".format(call, ", ".join(lines), " and ".join(SIBLINGS))
+    return {"passed": True, "evidence": evidence, "detail": detail}
 
 
 def _call(torch, function, capability, value):

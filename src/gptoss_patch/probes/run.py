@@ -13,6 +13,8 @@ import sys
 from _builder import NoBuilder
 from _common import distribution, emit, exception_line
 
+MISSING = "missing from the target environment: "
+
 
 def main():
     args = json.loads(sys.argv[1])
@@ -30,12 +32,12 @@ def run_one(probe_id, verbose):
         return {"passed": None, "evidence": "no behaviour probe for this patch"}
     missing = [distribution(name) for name in module.REQUIRES if importlib.util.find_spec(name) is None]
     if missing:
-        return {"passed": None, "missing": missing, "evidence": "missing from the target environment: " + ", ".join(missing)}
+        return {"passed": None, "missing": missing, "evidence": MISSING + ", ".join(missing)}
     try:
         return module.run(verbose)
     except ModuleNotFoundError as exc:  # a dependency of vLLM itself; one at a time is all Python tells
         name = distribution(exc.name or "?")
-        return {"passed": None, "missing": [name], "evidence": "missing from the target environment: {} ({})".format(name, exception_line(exc))}
+        return {"passed": None, "missing": [name], "evidence": "{}{} ({})".format(MISSING, name, exception_line(exc))}
     except NoBuilder as exc:
         return {"passed": None, "evidence": "cannot run here: {}".format(exc)}
     except Exception as exc:  # a crash inside vLLM is this probe's failure, never a pass

@@ -1,0 +1,92 @@
+"""`gptoss-patch venv create DIR --vllm VERSION`: venv, vLLM, gptoss-patch, patches, verify, hook, status."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gptoss_patch.errors import ExitCode
+from gptoss_patch.options import VerboseOption, handles_errors, stderr_is_tty
+
+venv_app = typer.Typer(no_args_is_help=True, add_completion=False)
+
+DirArgument = Annotated[Path, typer.Argument(metavar="DIR", help="The virtualenv to create (or complete).", show_default=False)]
+VllmVersion = Annotated[str, typer.Option("--vllm", metavar="VERSION", help="The vLLM release to install, e.g. 0.17.1.", show_default=False)]
+UvOption = Annotated[
+    bool | None,
+    typer.Option("--uv/--no-uv", help="Create and install with uv (default: uv when it is on PATH, else python -m venv and pip).", show_default=False),
+]
+ExtraOption = Annotated[
+    list[str] | None, typer.Option("--extra", metavar="PKG", help="Also install this requirement (repeatable).", show_default=False)
+]
+FindLinksOption = Annotated[
+    list[Path] | None,
+    typer.Option("--find-links", metavar="DIR", help="Look for wheels here too, e.g. a cache of the vLLM wheel (repeatable).", show_default=False),
+]
+NoDepsOption = Annotated[
+    bool, typer.Option("--no-deps", help="Install vLLM without its dependencies (for images that already carry them).")
+]
+ModeOption = Annotated[
+    str | None, typer.Option("--mode", metavar="fail|apply|warn", help="The hook's mode (default: keep an installed hook's, else fail).", show_default=False)
+]
+BasePythonOption = Annotated[
+    str | None, typer.Option("--base-python", metavar="PATH", help="Interpreter to create the venv from (default: this one's).", show_default=False)
+]
+
+
+@venv_app.command("create")
+@handles_errors
+def create(
+    directory: DirArgument, vllm: VllmVersion, uv: UvOption = None, extra: ExtraOption = None,
+    find_links: FindLinksOption = None, no_deps: NoDepsOption = False, mode: ModeOption = None,
+    base_python: BasePythonOption = None, verbose: VerboseOption = False,
+) -> None:
+    """Create a virtualenv with vLLM VERSION and gptoss-patch, apply and verify the patches, install the hook.
+
+    Re-running it on the same directory only does what is missing. If a step fails, whatever this run
+    created is removed again (a venv it created is deleted). Downloads from the package index (pip or uv).
+    """
+    import sys
+
+    from gptoss_patch import hook_plugin, provision, render
+
+    if mode is not None and mode not in hook_plugin.MODES:
+        from gptoss_patch.errors import UsageError
+
+        raise UsageError(f"--mode {mode}: expected one of {', '.join(hook_plugin.MODES)}")
+    plan = provision.Plan(
+        directory=directory.absolute(), vllm=vllm, extras=tuple(extra or ()), use_uv=uv,
+        find_links=tuple(p.absolute() for p in find_links or ()), no_deps=no_deps, mode=mode,
+        base_python=base_python or sys.executable,
+    )
+    echo = (lambda line: render.err.print(f"    {render.escape(line)}", style="dim")) if verbose or stderr_is_tty() else None
+    outcome = provision.create(plan, _step, echo)
+    render.detected(outcome.status)
+    render.status_table(outcome.status)
+    clean = not any(r.state.needs_action for r in outcome.status.results)
+    render.info(f"Ready: {outcome.installation.python} (vllm {outcome.installation.version}); " + render.tally(outcome.status.results))
+    raise typer.Exit(int(ExitCode.OK if clean else ExitCode.ACTION_NEEDED))
+
+
+@contextmanager
+def _step(label: str) -> Iterator[Callable[[str], None]]:
+    """One progress line when a step starts, one when it ends (with its time): the long ones are pip's."""
+    from gptoss_patch import provision, render
+
+    render.info(f"==> {label}")
+    with provision.timed(_report, label) as skip:
+        yield skip
+
+
+def _report(label: str, outcome: str, seconds: float) -> None:
+    from gptoss_patch import render
+
+    render.info(f"    {outcome} ({seconds:.1f} s)")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(venv_app, name="venv", help="Create a ready-to-serve virtualenv: vLLM, gptoss-patch, patches, hook.")

@@ -1,0 +1,245 @@
+"""Fault injection: SIGKILL at every reachable named step of apply and revert, on the real vllm 0.17.1.
+
+For every crash point the real CLI runs under tests/crash_runner.py, which SIGKILLs its own process
+at the Nth time a step of `gptoss_patch.faults.STEPS` is reached (one crash point per occurrence:
+`before-file` is reached once per file, and each one is tried). Then, on that same installation:
+  1. `status` exits 0/1 with every target exactly the RECORD original or exactly the patched bytes,
+     all files in the same state (no half-applied set), its --json states agreeing with the bytes,
+     and the "completed an interrupted ..." notice exactly when the kill left a journal;
+  2. `apply` (or `revert`) finishes the job: byte-identical patched files and a ledger whose stored
+     originals equal RECORD's (or, after revert, pristine files, RECORD byte-identical to pip's, and
+     not one file more or less in site-packages).
+The expected patched bytes come from one uninterrupted apply. Four phases: apply, revert, a second
+kill during the recovery of an interrupted apply/revert, and a kill during the roll-back of an apply
+whose second file write the filesystem refused (EROFS injected by the runner). A module summary line
+reports `fault injection: N crash points injected, N recovered, 0 lost`.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from gptoss_patch import faults
+from tests.safety import (
+    KILLED, VERSION, Reference, assert_patched, assert_pristine, contents, describe, gptoss, ledger_dir,
+    notices, states,
+)
+from tests.upstream import fresh_install
+
+pytestmark = pytest.mark.upstream
+WORKERS = 4  # subprocess-bound: four crash points at a time on two cores
+
+
+@dataclass(frozen=True)
+class Point:
+    step: str
+    nth: int  # 1-based occurrence of `step` in the run
+    path: str
+
+    @property
+    def spec(self) -> str:
+        return f"{self.step}:{self.nth}"
+
+    def __str__(self) -> str:
+        return f"{self.step}#{self.nth}" + (f" ({Path(self.path).name})" if self.path else "")
+
+
+def read_trace(trace: Path) -> list[Point]:
+    """The steps a run reached, in order, each with its occurrence number."""
+    seen: Counter[str] = Counter()
+    points = []
+    for line in trace.read_text().splitlines():
+        step, path, *_ = line.split("\t")
+        if step in faults.STEPS:
+            seen[step] += 1
+            points.append(Point(step, seen[step], path))
+    return points
+
+
+@dataclass
+class Tally:
+    injected: int = 0
+    recovered: int = 0
+    steps: set[str] = field(default_factory=set)
+    phases: dict[str, int] = field(default_factory=dict)
+
+
+@pytest.fixture(scope="module")
+def tally(request: pytest.FixtureRequest) -> Iterator[Tally]:
+    counts = Tally()
+    yield counts
+    phases = ", ".join(f"{n} in {phase}" for phase, n in counts.phases.items())
+    summary = (
+        f"fault injection: {counts.injected} crash points injected, {counts.recovered} recovered, "
+        f"{counts.injected - counts.recovered} lost ({phases}; {len(counts.steps)} of {len(faults.STEPS)} named steps)"
+    )
+    print_line(request, summary)
+
+
+def print_line(request: pytest.FixtureRequest, line: str) -> None:
+    """Straight to the terminal, past output capturing (a fixture teardown's prints are swallowed)."""
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if capture is None or reporter is None:
+        print(line)
+        return
+    with capture.global_and_fixture_disabled():
+        reporter.write_line("")
+        reporter.write_line(line)
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("faults")
+
+
+@pytest.fixture(scope="module")
+def ref(work: Path) -> Reference:
+    return Reference.build(work / "applied")  # also the template of every revert crash point
+
+
+def clone(src: Path, dest: Path) -> Path:
+    """A hardlink clone (gptoss-patch and pip only replace files by rename, never in place)."""
+    subprocess.run(["cp", "-al", str(src), str(dest)], check=True)
+    return dest
+
+
+def traced(work: Path, name: str, venv: Path, command: str, *, at: tuple[str, ...] = (), rc: int = 0) -> list[Point]:
+    trace = work / f"{name}.trace"
+    result = gptoss(venv, command, at=at, trace=trace)
+    assert result.returncode == rc, describe(result)
+    return read_trace(trace)
+
+
+def check_status(venv: Path, ref: Reference, journal_left: bool, leftover: bool) -> str:
+    """The first command after the kill: consistent state, honest notice. Returns the contents."""
+    status = gptoss(venv, "status", "--json")
+    assert status.returncode in (0, 1), describe(status)
+    found = contents(venv, ref)
+    assert states(status) == ref.states_for(found), describe(status)
+    said = notices(status)
+    if journal_left:
+        assert len(said) == 1 and "completed an interrupted" in said[0], describe(status)
+    elif leftover:
+        assert len(said) == 1 and "removed the ledger files of an interrupted" in said[0], describe(status)
+    else:
+        assert not said, describe(status)
+    assert not (ledger_dir(venv) / "journal.json").exists()
+    return found
+
+
+def finish(venv: Path, ref: Reference, command: str) -> None:
+    done = gptoss(venv, command)
+    assert done.returncode == 0, describe(done)
+    (assert_patched if command == "apply" else assert_pristine)(venv, ref)
+
+
+def crash_and_recover(venv: Path, ref: Reference, command: str, at: tuple[str, ...], then: str) -> None:
+    crashed = gptoss(venv, command, at=at)
+    assert crashed.returncode == KILLED, f"the crash point was not reached: {describe(crashed)}"
+    journal_left = (ledger_dir(venv) / "journal.json").exists()
+    leftover = ledger_dir(venv).exists() and not (ledger_dir(venv) / "ledger.json").exists() and not journal_left
+    check_status(venv, ref, journal_left, leftover)
+    finish(venv, ref, then)
+
+
+def run_all(tally: Tally, work: Path, phase: str, points: list[Point], case: Callable[[Point, Path], None]) -> None:
+    """Run `case` for every point (in parallel), each on its own installation; fail with every failure."""
+
+    def one(index_point: tuple[int, Point]) -> str | None:
+        index, point = index_point
+        venv = work / f"{phase}-{index}"
+        try:
+            case(point, venv)
+            return None
+        except AssertionError as exc:
+            return f"{phase} killed at {point}: {exc}"
+        finally:
+            shutil.rmtree(venv, ignore_errors=True)
+
+    with ThreadPoolExecutor(WORKERS) as pool:
+        failures = [f for f in pool.map(one, enumerate(points)) if f]
+    tally.injected += len(points)
+    tally.recovered += len(points) - len(failures)
+    tally.steps |= {p.step for p in points}
+    tally.phases[phase] = len(points)
+    assert points and not failures, f"{len(failures)} of {len(points)} crash points not recovered:\n" + "\n".join(failures)
+
+
+def test_kill_at_every_step_of_apply(ref, work, tally):
+    probe = fresh_install(VERSION, work / "apply-trace")
+    points = traced(work, "apply", probe.parent.parent, "apply")
+    assert {"before-file", "file-replaced", "after-file"} <= {p.step for p in points}
+    assert sum(p.step == "before-file" for p in points) == len(ref.targets)  # one per file: each is killed at
+
+    def case(point: Point, venv: Path) -> None:
+        fresh_install(VERSION, venv)
+        crash_and_recover(venv, ref, "apply", (point.spec,), then="apply")
+
+    run_all(tally, work, "apply", points, case)
+
+
+def test_kill_at_every_step_of_revert(ref, work, tally):
+    points = traced(work, "revert", clone(work / "applied", work / "revert-trace"), "revert")
+    assert {"ledger-removed", "contents-removed", "record-unregistered"} <= {p.step for p in points}
+
+    def case(point: Point, venv: Path) -> None:
+        clone(work / "applied", venv)
+        crash_and_recover(venv, ref, "revert", (point.spec,), then="revert")
+
+    run_all(tally, work, "revert", points, case)
+
+
+@pytest.mark.parametrize("interrupted", ["apply", "revert"])
+def test_kill_again_while_the_next_command_recovers(ref, work, tally, interrupted):
+    """A second kill, in the `status` that is completing an apply/revert killed after its first file."""
+    template = work / f"interrupted-{interrupted}"
+    if interrupted == "apply":
+        fresh_install(VERSION, template)
+    else:
+        clone(work / "applied", template)
+    first = gptoss(template, interrupted, at=("after-file:1",))
+    assert first.returncode == KILLED and (ledger_dir(template) / "journal.json").exists()
+    points = traced(work, f"recover-{interrupted}", clone(template, work / f"recover-{interrupted}-trace"), "status", rc=1 if interrupted == "revert" else 0)
+    assert "before-file" in {p.step for p in points}
+
+    def case(point: Point, venv: Path) -> None:
+        clone(template, venv)
+        crash_and_recover(venv, ref, "status", (point.spec,), then=interrupted)
+
+    run_all(tally, work, f"recovery-of-{interrupted}", points, case)
+
+
+def test_kill_during_the_roll_back_of_a_refused_write(ref, work, tally):
+    """The last file's write fails (EROFS); apply puts the others back; a kill at each step of that."""
+    probe = fresh_install(VERSION, work / "rollback-trace").parent.parent
+    trace = work / "rollback.trace"
+    last = Path(ref.targets[-1]).name
+    refused = gptoss(probe, "apply", at=(f"before-rename@/{last}:1:erofs",), trace=trace)
+    assert refused.returncode == 7 and "read-only filesystem; nothing was changed" in refused.stderr, describe(refused)
+    assert_pristine(probe, ref)
+    points = read_trace(trace)
+    fired = next(i for i, p in enumerate(points) if p.step == "before-rename" and p.path.endswith(f"/{last}"))
+    undo = points[fired + 1 :]
+    assert "file-replaced" in {p.step for p in undo}  # the first file really was put back
+
+    def case(point: Point, venv: Path) -> None:
+        fresh_install(VERSION, venv)
+        crash_and_recover(venv, ref, "apply", (f"before-rename@/{last}:1:erofs", point.spec), then="apply")
+
+    run_all(tally, work, "roll-back", undo, case)
+
+
+def test_every_named_step_was_a_crash_point(tally):
+    """Runs last in this module: no step of faults.STEPS went untested."""
+    if tally.injected == 0:
+        pytest.skip("no crash point ran (select the whole module)")
+    assert set(faults.STEPS) - tally.steps == set()

@@ -1,0 +1,421 @@
+"""The hook in real vLLM 0.17.1 processes: vLLM's own plugin loader, every mode, every kind of tree.
+
+One CPU-harness clone and one long-lived driver process per module (tests/hook_driver.py: importing
+vllm costs seconds, so every case is a request to the same process); each test first puts the tree
+into the state it needs. The last tests need no vLLM import and use the cheap --no-deps install.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gptoss_patch.cli import app
+from tests import harness
+from tests.upstream import fresh_install, replace_file, site_packages, wheel_path
+
+pytestmark = [pytest.mark.upstream, pytest.mark.harness]
+VERSION = "0.17.1"
+SERVING = "vllm/entrypoints/openai/chat_completion/serving.py"
+MARLIN = "vllm/model_executor/layers/quantization/utils/marlin_utils.py"
+DRIVER = Path(__file__).with_name("hook_driver.py")
+MARK = "@@ "
+runner = CliRunner()
+
+
+class Driver:
+    """The long-lived vLLM process: one JSON request in, one answer out."""
+
+    def __init__(self, python: Path, log: Path) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "GPTOSS_PATCH_", "VIRTUAL_ENV"))}
+        env.pop("PYTHONDONTWRITEBYTECODE", None)  # bytecode of the hook is written, so uninstall must remove it
+        # Its own mount namespace, so a test can make site-packages read-only for this process only.
+        argv = ["unshare", "--mount", "--propagation", "private", str(python), str(DRIVER)]
+        self.log, self.stderr = log, log.open("w")
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True, env=env)
+        assert self._answer().get("ready")
+
+    def _answer(self) -> dict:
+        for line in self.proc.stdout:  # type: ignore[union-attr]
+            if line.startswith(MARK):
+                return json.loads(line[len(MARK) :])
+        tail = self.log.read_text()[-1500:]
+        pytest.fail(f"the vLLM driver process died (exit {self.proc.wait()}): {tail}", pytrace=False)
+
+    def ask(self, **request) -> dict:
+        self.proc.stdin.write(json.dumps(request) + "\n")  # type: ignore[union-attr]
+        self.proc.stdin.flush()  # type: ignore[union-attr]
+        return self._answer()
+
+    def load(self, mode: str | None = None, **request) -> dict:
+        env = dict(request.pop("env", {}))
+        if mode:
+            env["GPTOSS_PATCH_HOOK_MODE"] = mode
+        return self.ask(op="load", env=env, **request)
+
+    def close(self) -> None:
+        self.proc.stdin.close()  # type: ignore[union-attr]
+        self.proc.wait(timeout=60)
+        self.proc.stdout.close()  # type: ignore[union-attr]
+        self.stderr.close()
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    try:
+        base = harness.cpu_venv(VERSION)
+    except harness.HarnessError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    python = harness.clone_venv(base, tmp_path_factory.mktemp("hook") / "venv")
+    return python.parent.parent
+
+
+@pytest.fixture(scope="module")
+def ids(venv: Path) -> list[str]:
+    """The patches vLLM 0.17.1 needs (derived, like the patch set itself: new patches join by themselves)."""
+    pristine(venv)
+    found = sorted(i for i, state in states(venv).items() if state == "pending")
+    assert {"harmony_instructions", "marlin_atomic_add_sm121"} <= set(found)
+    return found
+
+
+@pytest.fixture(scope="module")
+def driver(venv: Path, tmp_path_factory: pytest.TempPathFactory):
+    proc = Driver(venv / "bin" / "python", tmp_path_factory.mktemp("driver") / "stderr.log")
+    yield proc
+    proc.close()
+
+
+def cli(venv: Path, *args: str):
+    return runner.invoke(app, [*args, "--python", str(venv / "bin" / "python")])
+
+
+def states(venv: Path) -> dict[str, str]:
+    return {p["id"]: p["state"] for p in json.loads(cli(venv, "status", "--json").stdout)["patches"]}
+
+
+def pristine(venv: Path) -> None:
+    assert cli(venv, "revert", "--force").exit_code == 0
+
+
+def patched(venv: Path, mode: str = "fail") -> None:
+    pristine(venv)
+    assert cli(venv, "apply").exit_code == 0
+    result = cli(venv, "hook", "install", "--mode", mode)
+    assert result.exit_code == 0, result.stderr
+
+
+def hook_state(venv: Path) -> dict:
+    return json.loads((site_packages(venv) / "gptoss_patch_hook.json").read_text())
+
+
+def set_hook_state(venv: Path, **changes) -> None:
+    path = site_packages(venv) / "gptoss_patch_hook.json"
+    replace_file(path, json.dumps({**hook_state(venv), **changes}).encode())
+
+
+def lines(answer: dict, level: str) -> list[str]:
+    return [message for lvl, message in answer["logs"] if lvl == level]
+
+
+def only_line(answer: dict, level: str) -> str:
+    found = lines(answer, level)
+    assert len(found) == 1, answer["logs"]
+    return found[0]
+
+
+def fingerprint_of(answer: dict) -> str:
+    logged = [line for line in lines(answer, "INFO") if line.startswith("gptoss-patch: fingerprint ")]
+    assert len(logged) == 1, answer["logs"]  # once per process
+    return logged[0].split()[2]
+
+
+def tree(venv: Path) -> set[tuple[str, int]]:
+    root = str(venv)
+    return {
+        (os.path.relpath(os.path.join(d, f), root), os.lstat(os.path.join(d, f)).st_size)
+        for d, _, files in os.walk(root) for f in files
+    }
+
+
+# -- the hook inside vLLM processes --------------------------------------------------------------
+
+
+def test_uninstall_leaves_no_trace_and_vllm_loads_without_it(venv, driver, ids):
+    cli(venv, "hook", "uninstall")
+    warm = driver.load()  # vLLM's own first-load bytecode is written before the snapshot
+    assert warm["outcome"] == "ok" and warm["logs"] == []
+    before = tree(venv)
+
+    assert cli(venv, "hook", "install", "--mode", "warn").exit_code == 1  # installed; patches pending
+    loaded = driver.load()
+    assert loaded["outcome"] == "ok" and f"lacks patches {', '.join(ids)}; continuing (mode warn)" in only_line(loaded, "WARNING")
+    assert fingerprint_of(loaded).startswith("0.17.1:none:")
+    assert any(p.name.startswith("gptoss_patch_hook.") for p in (site_packages(venv) / "__pycache__").iterdir())
+    removed = cli(venv, "hook", "uninstall")
+
+    assert removed.exit_code == 0 and "Removed" in removed.stderr
+    assert tree(venv) == before
+    assert driver.load()["logs"] == []
+
+
+def test_patched_tree_starts_in_every_mode_and_logs_one_fingerprint(venv, driver, ids):
+    patched(venv)
+    expected = json.loads(cli(venv, "hook", "status", "--json").stdout)["check"]["fingerprint"]
+    for mode in ("fail", "warn", "apply"):
+        answer = driver.load(mode)
+        assert answer["outcome"] == "ok", answer
+        assert fingerprint_of(answer) == expected == answer["env"]["GPTOSS_PATCH_FINGERPRINT"]
+        assert expected.startswith(f"0.17.1:{'+'.join(ids)}:")
+    # Without gptoss-patch or libcst in the vLLM environment (the plugin is self-contained).
+    assert not answer["gptoss_patch_importable"] and not answer["libcst_imported"]
+    # Ray copies only VLLM_* and the names listed here: process0 adds ours.
+    assert answer["env"]["VLLM_RAY_EXTRA_ENV_VARS_TO_COPY"] == "GPTOSS_PATCH_FINGERPRINT,GPTOSS_PATCH_FINGERPRINT_ORIGIN"
+
+    child = driver.ask(op="child")  # a spawned process, as vLLM starts engine cores and workers
+    assert child["outcome"] == "ok" and child["exitcode"] == 0 and child["pid"] != child["parent_pid"]
+    assert fingerprint_of(child) == expected == child["env"]["GPTOSS_PATCH_FINGERPRINT"]
+    assert child["env"]["GPTOSS_PATCH_FINGERPRINT_ORIGIN"].endswith(f"pid {child['parent_pid']}")
+
+
+def test_worker_whose_fingerprint_differs_from_the_api_server_refuses(venv, driver):
+    patched(venv)
+    other = {"GPTOSS_PATCH_FINGERPRINT": "0.17.1:none:000000000000", "GPTOSS_PATCH_FINGERPRINT_ORIGIN": "head-node pid 7"}
+    refused = driver.load("fail", env=other)
+    assert refused["outcome"] == "raised" and refused["type"] == "Refused"  # vLLM reports it as a failed worker
+    line = only_line(refused, "ERROR")
+    assert "but the API server (head-node pid 7) runs 0.17.1:none:000000000000" in line
+    assert line.startswith("gptoss-patch: refusing to start: this process (")
+    assert driver.load("apply", env=other)["outcome"] == "raised"
+    warned = driver.load("warn", env=other)
+    assert warned["outcome"] == "ok" and "continuing (mode warn)" in only_line(warned, "WARNING")
+
+
+def test_hand_modified_tree(venv, driver):
+    patched(venv)
+    target = site_packages(venv) / MARLIN
+    edited = target.read_bytes() + b"\n# hand edit\n"
+    replace_file(target, edited)
+
+    failed = driver.load("fail")
+    assert failed["outcome"] == "exit" and failed["code"] == 1
+    line = only_line(failed, "ERROR")
+    assert line.startswith(f"gptoss-patch: refusing to start: {MARLIN} changed after gptoss-patch wrote it (patches marlin_atomic_add_sm121); fix: ")
+    assert "pip install --force-reinstall --no-deps vllm==0.17.1" in line
+    assert driver.load("apply")["outcome"] == "exit"  # apply cannot repair an edit: it refuses, writes nothing
+    assert target.read_bytes() == edited
+    warned = driver.load("warn")
+    assert warned["outcome"] == "ok" and f"{MARLIN} changed after gptoss-patch wrote it" in only_line(warned, "WARNING")
+    pristine(venv)
+
+
+def test_force_reinstalled_tree(venv, driver, ids):
+    patched(venv)
+    good = json.loads(cli(venv, "hook", "status", "--json").stdout)["check"]["fingerprint"]
+    pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q", "--no-deps"]
+    subprocess.run([*pip, "--force-reinstall", "--no-compile", str(wheel_path(VERSION))], check=True, capture_output=True)
+    assert sorted(i for i, state in states(venv).items() if state == "pending") == ids
+    assert sorted(hook_state(venv)["patches"]) == ids  # the expectation survived the reinstall
+
+    failed = driver.load("fail")
+    assert failed["outcome"] == "exit" and failed["code"] == 1
+    python = venv / "bin" / "python"
+    assert only_line(failed, "ERROR") == (
+        f"gptoss-patch: refusing to start: vllm 0.17.1 lacks patches {', '.join(ids)}; fix: gptoss-patch apply --python {python}"
+    )
+    warned = driver.load("warn")
+    assert warned["outcome"] == "ok" and f"lacks patches {', '.join(ids)}; continuing (mode warn)" in only_line(warned, "WARNING")
+
+    # apply, but the serving module is already imported in this process: re-applied on disk, then stop.
+    late = driver.load("apply", imported=[SERVING.removesuffix(".py").replace("/", ".")])
+    assert late["outcome"] == "exit"
+    assert "this process had already imported vllm.entrypoints.openai.chat_completion.serving; fix: start vLLM again" in only_line(late, "ERROR")
+    assert states(venv)["harmony_instructions"] == "applied"
+
+    pristine(venv)  # back to what the reinstall left
+    healed = driver.load("apply")
+    assert healed["outcome"] == "ok", healed["logs"]
+    assert any(f"re-applied {SERVING}" in line for line in lines(healed, "INFO"))
+    assert fingerprint_of(healed) == good  # the same bytes as the first apply
+    assert states(venv)["marlin_atomic_add_sm121"] == "applied"
+
+
+def test_apply_mode_on_read_only_site_packages_refuses_and_writes_nothing(venv, driver, ids):
+    patched(venv, "apply")
+    pristine(venv)
+    site = str(site_packages(venv))
+    assert driver.ask(op="shell", argv=["mount", "--bind", "-o", "ro", site, site])["returncode"] == 0
+    try:
+        answer = driver.load()
+    finally:
+        assert driver.ask(op="shell", argv=["umount", site])["returncode"] == 0
+    assert answer["outcome"] == "exit"
+    line = only_line(answer, "ERROR")
+    assert f"lacks patches {', '.join(ids)}; mode apply cannot re-apply: " in line and " is not writable (read-only or permissions); " in line
+    assert states(venv)["harmony_instructions"] == "pending"
+
+
+def test_apply_mode_with_no_gptoss_patch_anywhere_says_so(venv, driver):
+    patched(venv, "apply")
+    pristine(venv)
+    set_hook_state(venv, tool="/nonexistent/bin/python")
+    answer = driver.load()
+    assert answer["outcome"] == "exit"
+    assert "gptoss-patch is not importable here and the interpreter that installed the hook (/nonexistent/bin/python) is gone" in only_line(answer, "ERROR")
+    assert states(venv)["harmony_instructions"] == "pending"
+
+
+@pytest.mark.parametrize(
+    ("ledger", "why"),
+    [(b"{not json", "unreadable"), (None, "it describes another vllm or has bad entries")],
+    ids=["corrupted", "foreign"],
+)
+def test_untrusted_ledger_refuses_in_fail_and_apply_mode(venv, driver, ledger, why):
+    patched(venv)
+    path = next(site_packages(venv).glob("vllm-*.dist-info")) / "gptoss_patch" / "ledger.json"
+    original = path.read_bytes()
+    foreign = json.dumps({**json.loads(original), "vllm_version": "0.16.0"}).encode()
+    replace_file(path, ledger or foreign)
+    try:
+        for mode in ("fail", "apply"):
+            answer = driver.load(mode)
+            assert answer["outcome"] == "exit"
+            assert f"ledger at {path} cannot be trusted ({why})" in only_line(answer, "ERROR")
+    finally:
+        replace_file(path, original)
+
+
+def test_vllm_version_change_apply_mode_applies_and_re_records(venv, driver):
+    patched(venv, "apply")
+    pristine(venv)
+    set_hook_state(venv, vllm="0.16.0")
+    failed = driver.load("fail")
+    python = venv / "bin" / "python"
+    assert only_line(failed, "ERROR").endswith(
+        f"vllm 0.17.1 is installed but the hook was set up for vllm 0.16.0; fix: gptoss-patch apply --python {python} "
+        f"&& gptoss-patch hook install --python {python}"
+    )
+    healed = driver.load()  # the installed mode: apply
+    assert healed["outcome"] == "ok", healed["logs"]
+    assert hook_state(venv)["vllm"] == "0.17.1" and hook_state(venv)["mode"] == "apply"
+
+
+CPU_VLLM = """\
+import sys
+import vllm.platforms
+from vllm.platforms.cpu import CpuPlatform
+CpuPlatform.import_kernels = classmethod(lambda cls: None)
+vllm.platforms._current_platform = CpuPlatform()
+import vllm.entrypoints.cli.main
+sys.exit(vllm.entrypoints.cli.main.main())
+"""
+
+
+def test_vllm_cli_refuses_then_re_applies_and_re_executes(venv, ids, tmp_path):
+    """`vllm serve --help` (CPU platform forced, cpu-harness.md §5) imports marlin_utils before plugins load."""
+    script = tmp_path / "vllm"  # the name of vLLM's console script: the one program the hook re-executes
+    script.write_text(CPU_VLLM)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "GPTOSS_PATCH_", "VIRTUAL_ENV"))}
+    patched(venv)
+    pristine(venv)
+    argv = [str(venv / "bin" / "python"), str(script), "serve", "--help"]
+
+    refused = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+    assert refused.returncode == 1 and "usage:" not in refused.stdout
+    assert [ln for ln in refused.stdout.splitlines() if "refusing to start" in ln][0].endswith(f"lacks patches {', '.join(ids)}; fix: gptoss-patch apply --python {argv[0]}")
+
+    assert cli(venv, "hook", "install", "--mode", "apply").exit_code == 1  # installed; the patches still pending
+    healed = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+    assert healed.returncode == 0, healed.stdout[-2000:]
+    assert "was imported before the re-apply; re-executing" in healed.stdout
+    assert healed.stdout.count(f"gptoss-patch: fingerprint 0.17.1:{'+'.join(ids)}:") == 1
+    assert "usage:" in healed.stdout
+    assert states(venv)["marlin_atomic_add_sm121"] == "applied"
+    pristine(venv)
+
+
+# -- the command line: bad input, nothing half-installed (no vLLM import needed) ------------------
+
+
+@pytest.fixture
+def nodeps(tmp_path: Path) -> Path:
+    fresh_install(VERSION, tmp_path / "venv")
+    return tmp_path / "venv"
+
+
+def hook_files(venv: Path) -> list[str]:
+    site = site_packages(venv)
+    return sorted(p.name for p in [*site.glob("gptoss_patch_hook*"), *site.glob("__pycache__/gptoss_patch_hook*")])
+
+
+def test_install_status_uninstall_round_trip(nodeps):
+    assert cli(nodeps, "hook", "status").exit_code == 1
+    pending = sorted(i for i, state in states(nodeps).items() if state == "pending")
+    installed = cli(nodeps, "hook", "install")
+    assert installed.exit_code == 1  # installed, but the patches are still pending
+    assert f"fix: gptoss-patch apply --python {nodeps / 'bin' / 'python'}" in installed.stderr
+    assert hook_files(nodeps) == ["gptoss_patch_hook-0.1.0.dist-info", "gptoss_patch_hook.json", "gptoss_patch_hook.py"]
+    assert cli(nodeps, "apply").exit_code == 0
+    report = json.loads(cli(nodeps, "hook", "status", "--json").stdout)
+    assert report["ok"] and report["mode"] == "fail" and report["expected_patches"] == pending
+    assert cli(nodeps, "hook", "uninstall").exit_code == 0
+    assert hook_files(nodeps) == []
+    again = cli(nodeps, "hook", "uninstall")
+    assert again.exit_code == 0 and "(it was not)" in again.stderr
+
+
+def test_pip_uninstall_of_the_hook_distribution_removes_it_too(nodeps):
+    cli(nodeps, "apply")
+    assert cli(nodeps, "hook", "install").exit_code == 0
+    pip = [sys.executable, "-m", "pip", "--python", str(nodeps / "bin" / "python")]
+    subprocess.run([*pip, "uninstall", "-y", "gptoss-patch-hook"], check=True, capture_output=True)
+    assert hook_files(nodeps) == []
+
+
+def test_install_with_skip_expects_only_the_rest_and_keeps_it_on_refresh(nodeps):
+    cli(nodeps, "apply", "--skip", "harmony_instructions")
+    assert cli(nodeps, "hook", "install", "--skip", "harmony_instructions", "--mode", "warn").exit_code == 0
+    assert cli(nodeps, "hook", "install").exit_code == 0  # a refresh keeps the selection and the mode
+    report = json.loads(cli(nodeps, "hook", "status", "--json").stdout)
+    assert "harmony_instructions" not in report["expected_patches"] and "marlin_atomic_add_sm121" in report["expected_patches"]
+    assert report["mode"] == "warn" and report["ok"]
+
+
+def test_install_invalid_mode_is_a_usage_error(nodeps):
+    result = cli(nodeps, "hook", "install", "--mode", "sometimes")
+    assert result.exit_code == 2 and result.stderr.startswith("error: --mode sometimes: expected one of fail, apply, warn")
+    assert hook_files(nodeps) == []
+
+
+def test_install_over_an_untrusted_ledger_creates_nothing(nodeps):
+    cli(nodeps, "apply")
+    ledger = next(site_packages(nodeps).glob("vllm-*.dist-info")) / "gptoss_patch" / "ledger.json"
+    replace_file(ledger, b'{"format": 1, "vllm_version": "0.16.0", "files": {}}')
+    result = cli(nodeps, "hook", "install")
+    assert result.exit_code == 5 and "cannot be trusted: it describes vllm 0.16.0" in result.stderr
+    assert hook_files(nodeps) == []
+
+
+def test_install_refuses_a_drifted_patch_and_creates_nothing(nodeps):
+    target = site_packages(nodeps) / SERVING
+    replace_file(target, target.read_bytes().replace(b"        messages.append(sys_msg)\n", b""))
+    result = cli(nodeps, "hook", "install")
+    assert result.exit_code == 3 and "harmony_instructions is drifted" in result.stderr and "the hook was not installed" in result.stderr
+    assert hook_files(nodeps) == []
+
+
+def test_install_on_read_only_site_packages_exits_7_and_creates_nothing(nodeps):
+    site = site_packages(nodeps)
+    python = nodeps / "bin" / "python"
+    shell = f"mount --bind -o ro {site} {site} && exec {sys.executable} -m gptoss_patch hook install --python {python}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "GPTOSS_PATCH_"))}
+    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", shell], capture_output=True, text=True, env=env)
+    assert proc.returncode == 7, proc.stderr
+    assert "read-only filesystem; nothing was changed" in proc.stderr
+    assert hook_files(nodeps) == []
