@@ -181,3 +181,15 @@ def notices(proc: subprocess.CompletedProcess[str]) -> list[str]:
 
 def describe(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     return {"rc": proc.returncode, "stderr": proc.stderr.strip()[-600:], "stdout": proc.stdout.strip()[-300:]}
+
+
+def print_line(request: Any, line: str) -> None:
+    """Straight to the terminal, past output capturing (for the summary lines of the safety tests)."""
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if capture is None or reporter is None:
+        print(line)
+        return
+    with capture.global_and_fixture_disabled():
+        reporter.write_line("")
+        reporter.write_line(line)

@@ -16,14 +16,14 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from tests.safety import (
     KILLED, VERSION, Reference, assert_patched, assert_pristine, changed, contents, describe, dist_info, gptoss,
-    ledger_dir, notices, spawn, states,
+    ledger_dir, notices, print_line, spawn, states,
 )
 from tests.upstream import fresh_install
 
@@ -71,6 +71,24 @@ def finish(procs: list[subprocess.Popen[str]]) -> list[subprocess.CompletedProce
     return done
 
 
+@dataclass
+class Tally:
+    runs: int = 0  # processes that ran at the same time as others
+    consistent: int = 0  # of those, the ones whose outcome the lock-order replay confirmed
+    notes: list[str] = field(default_factory=list)
+
+
+@pytest.fixture(scope="module")
+def tally(request: pytest.FixtureRequest) -> Iterator[Tally]:
+    counts = Tally()
+    yield counts
+    print_line(
+        request,
+        f"concurrency: {counts.runs} concurrent runs, {counts.consistent} consistent, "
+        f"{counts.runs - counts.consistent} inconsistent ({'; '.join(counts.notes)})",
+    )
+
+
 @pytest.fixture(scope="module")
 def ref(tmp_path_factory: pytest.TempPathFactory) -> Reference:
     return Reference.build(tmp_path_factory.mktemp("concurrency") / "applied")
@@ -90,7 +108,7 @@ def holders() -> Iterator[list[subprocess.Popen[str]]]:
     for proc in started:
         if proc.poll() is None:
             proc.kill()
-            proc.communicate()
+        proc.communicate()  # reaps it and closes its pipes
 
 
 def wait_for(trace: Path, step: str, proc: subprocess.Popen[str], limit: float = 60) -> None:
@@ -101,12 +119,13 @@ def wait_for(trace: Path, step: str, proc: subprocess.Popen[str], limit: float =
         time.sleep(0.05)
 
 
-def test_eight_applies_at_once_one_writes_the_others_wait_and_find_nothing_to_do(venv, ref, tmp_path):
+def test_eight_applies_at_once_one_writes_the_others_wait_and_find_nothing_to_do(venv, ref, tmp_path, tally):
     trace = tmp_path / "trace"
     # The writer (whichever wins) sleeps 2 s with the lock held, journal and ledger written, files not
     # yet replaced: every other process is certainly started and waiting by then.
     procs = [spawn(venv, "apply", "--json", at=("ledger-written:1:pause=2",), trace=trace) for _ in range(COUNT)]
     runs = finish(procs)
+    tally.runs += COUNT
     assert all(r.returncode == 0 for r in runs), [describe(r) for r in runs if r.returncode]
     writers = [r for r in runs if changed(r)]
     assert len(writers) == 1, f"{len(writers)} processes wrote"
@@ -127,17 +146,19 @@ def test_eight_applies_at_once_one_writes_the_others_wait_and_find_nothing_to_do
     assert all(started[pid] < writer_released for _, _, pid in spans[1:]), "every other run overlapped the writer's"
     assert sum(e.step == "ledger-written" for e in events(trace)) == 1
     assert_patched(venv, ref)
-    print(f"\nconcurrency: {COUNT} apply runs at once, 1 wrote, {COUNT - 1} waited and found nothing to do")
+    tally.consistent += COUNT
+    tally.notes.append(f"{COUNT} apply at once: 1 wrote, {COUNT - 1} waited then found nothing to do")
 
 
 @pytest.mark.parametrize("start", ["pristine", "applied"])
-def test_apply_racing_revert_is_serialised_and_ends_consistent(venv, ref, tmp_path, start):
+def test_apply_racing_revert_is_serialised_and_ends_consistent(venv, ref, tmp_path, start, tally):
     if start == "applied":
         assert gptoss(venv, "apply").returncode == 0
     trace = tmp_path / "trace"
     commands = ["apply", "revert"] * (COUNT // 2)
     procs = [spawn(venv, cmd, "--json", at=("ledger-written:1:pause=0.3",), trace=trace) for cmd in commands]
     runs = finish(procs)
+    tally.runs += len(runs)
     assert all(r.returncode == 0 for r in runs), [describe(r) for r in runs if r.returncode]
 
     spans = lock_intervals(trace)
@@ -155,10 +176,11 @@ def test_apply_racing_revert_is_serialised_and_ends_consistent(venv, ref, tmp_pa
     (assert_patched if state == "patched" else assert_pristine)(venv, ref)
     assert gptoss(venv, "revert").returncode == 0
     assert_pristine(venv, ref)
-    print(f"\nconcurrency: {len(commands)} apply/revert runs raced from {start}, ended {state}, consistent")
+    tally.consistent += len(runs)
+    tally.notes.append(f"{len(runs)} apply/revert raced from {start}: serialised, ended {state}")
 
 
-def test_lock_timeout_exits_6_with_a_clear_message(venv, ref, tmp_path, holders):
+def test_lock_timeout_exits_6_with_a_clear_message(venv, ref, tmp_path, holders, tally):
     trace = tmp_path / "trace"
     holder = spawn(venv, "apply", at=("lock-acquired:1:hold",), trace=trace)
     holders.append(holder)
@@ -176,6 +198,7 @@ def test_lock_timeout_exits_6_with_a_clear_message(venv, ref, tmp_path, holders)
     # status has nothing to recover, so it reads without waiting for the lock
     look = gptoss(venv, "status", "--json", env={"GPTOSS_PATCH_LOCK_TIMEOUT": "1"})
     assert look.returncode == 1 and states(look) == ref.pending, describe(look)
+    tally.notes.append("lock timeout: exit 6")
 
 
 def flock_holders(path: Path) -> set[int]:
@@ -189,7 +212,7 @@ def flock_holders(path: Path) -> set[int]:
     return pids
 
 
-def test_sigkilled_lock_holder_never_blocks_the_next_run(venv, ref, tmp_path, holders):
+def test_sigkilled_lock_holder_never_blocks_the_next_run(venv, ref, tmp_path, holders, tally):
     trace = tmp_path / "trace"
     holder = spawn(venv, "apply", at=("ledger-written:1:hold",), trace=trace)
     holders.append(holder)
@@ -217,3 +240,4 @@ def test_sigkilled_lock_holder_never_blocks_the_next_run(venv, ref, tmp_path, ho
     assert_patched(venv, ref)
     again = gptoss(venv, "apply", "--json")
     assert again.returncode == 0 and not changed(again)
+    tally.notes.append("SIGKILLed holder: lock released by the kernel, next run recovered at once")

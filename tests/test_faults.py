@@ -30,7 +30,7 @@ import pytest
 from gptoss_patch import faults
 from tests.safety import (
     KILLED, VERSION, Reference, assert_patched, assert_pristine, contents, describe, gptoss, ledger_dir,
-    notices, states,
+    notices, print_line, states,
 )
 from tests.upstream import fresh_install
 
@@ -82,18 +82,6 @@ def tally(request: pytest.FixtureRequest) -> Iterator[Tally]:
         f"{counts.injected - counts.recovered} lost ({phases}; {len(counts.steps)} of {len(faults.STEPS)} named steps)"
     )
     print_line(request, summary)
-
-
-def print_line(request: pytest.FixtureRequest, line: str) -> None:
-    """Straight to the terminal, past output capturing (a fixture teardown's prints are swallowed)."""
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if capture is None or reporter is None:
-        print(line)
-        return
-    with capture.global_and_fixture_disabled():
-        reporter.write_line("")
-        reporter.write_line(line)
 
 
 @pytest.fixture(scope="module")

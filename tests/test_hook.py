@@ -360,7 +360,8 @@ def test_install_status_uninstall_round_trip(nodeps):
     installed = cli(nodeps, "hook", "install")
     assert installed.exit_code == 1  # installed, but the patches are still pending
     assert f"fix: gptoss-patch apply --python {nodeps / 'bin' / 'python'}" in installed.stderr
-    assert hook_files(nodeps) == ["gptoss_patch_hook-0.1.0.dist-info", "gptoss_patch_hook.json", "gptoss_patch_hook.py"]
+    compiled = f"gptoss_patch_hook.{sys.implementation.cache_tag}.pyc"  # precompiled: processes never compile it
+    assert hook_files(nodeps) == sorted(["gptoss_patch_hook-0.1.0.dist-info", compiled, "gptoss_patch_hook.json", "gptoss_patch_hook.py"])
     assert cli(nodeps, "apply").exit_code == 0
     report = json.loads(cli(nodeps, "hook", "status", "--json").stdout)
     assert report["ok"] and report["mode"] == "fail" and report["expected_patches"] == pending
