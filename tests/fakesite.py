@@ -44,6 +44,12 @@ class OpenAIServingChat:
         # Add user message.
         messages.extend(parse_chat_inputs_to_harmony_messages(request.messages))
         return messages, [render_for_completion(messages)]
+
+    async def chat_completion_stream_generator(self, result_generator, harmony_parser):
+        async for res in result_generator:
+            for token_id in res.outputs[0].token_ids:
+                harmony_parser.process(token_id)
+                yield harmony_parser.last_content_delta
 '''
 
 MARLIN_UTILS = '''\
@@ -76,8 +82,15 @@ def cutlass_fp4_supported() -> bool:
 '''
 
 HARMONY_UTILS = '''\
-def get_system_message(**kwargs):
-    return kwargs
+from openai_harmony import Message, Role, SystemContent
+
+
+def get_system_message(reasoning_effort=None, instructions=None, with_custom_tools=False):
+    sys_msg_content = SystemContent.new()
+    if reasoning_effort is not None:
+        sys_msg_content = sys_msg_content.with_reasoning_effort(reasoning_effort)
+    sys_msg = Message.from_role_and_content(Role.SYSTEM, sys_msg_content)
+    return sys_msg
 '''
 
 FILES = {
@@ -91,6 +104,16 @@ FILES = {
 SERVING_REL = "vllm/entrypoints/openai/chat_completion/serving.py"
 MARLIN_REL = "vllm/model_executor/layers/quantization/utils/marlin_utils.py"
 MXFP4_REL = "vllm/model_executor/layers/quantization/mxfp4.py"
+HARMONY_UTILS_REL = "vllm/entrypoints/openai/parser/harmony_utils.py"
+# What each patch reports on this fake 0.17.1 before apply.
+STOCK_STATES = {
+    "harmony_instructions": "pending",
+    "harmony_no_tools_channels": "pending",
+    "harmony_stream_guard": "pending",
+    "marlin_atomic_add_sm121": "pending",
+    "mxfp4_fp4_import": "not-needed",
+}
+PENDING = sorted(k for k, v in STOCK_STATES.items() if v == "pending")
 
 
 def record_line(rel: str, data: bytes) -> str:

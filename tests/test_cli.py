@@ -36,9 +36,7 @@ def test_status_json_has_the_documented_shape_and_exit_1_when_pending(venv):
     assert result.exit_code == 1
     payload = json.loads(result.stdout)
     assert payload["vllm"] == {"version": "0.17.1", "location": str(inst.site_packages), "python": inst.python}
-    assert {p["id"]: p["state"] for p in payload["patches"]} == {
-        "harmony_instructions": "pending", "marlin_atomic_add_sm121": "pending", "mxfp4_fp4_import": "not-needed",
-    }
+    assert {p["id"]: p["state"] for p in payload["patches"]} == fakesite.STOCK_STATES
     assert set(payload["patches"][0]) >= {"id", "state", "file", "reason"}
     assert result.stderr.splitlines() == [detected_line(inst)]
 
@@ -50,8 +48,10 @@ def test_apply_narrates_what_it_patched_then_status_is_clean(venv):
     assert result.stderr.splitlines() == [
         detected_line(inst),
         "Patched vllm/entrypoints/openai/chat_completion/serving.py (harmony_instructions)",
+        "Patched vllm/entrypoints/openai/parser/harmony_utils.py (harmony_no_tools_channels)",
+        "Patched vllm/entrypoints/openai/chat_completion/serving.py (harmony_stream_guard)",
         "Patched vllm/model_executor/layers/quantization/utils/marlin_utils.py (marlin_atomic_add_sm121)",
-        "Done: 2 changed, 1 not-needed",
+        "Done: 4 changed, 1 not-needed",
     ]
     assert run("status", "--venv", path).exit_code == 0
 

@@ -578,7 +578,8 @@ def test_second_vllm_later_on_sys_path_is_named_as_shadowed(venv, ref, other_ins
     assert json.loads(look.stdout)["vllm"]["location"] == str(site)
     assert f"Detected vllm {VERSION} at {site}" in look.stderr
     assert f"warning: another vllm is installed later on sys.path and is shadowed: {OTHER_VERSION} at {other_install}" in look.stderr
-    apply_ok(venv, ref)
+    done = gptoss(venv, "apply")
+    assert done.returncode == 0 and contents(venv, ref) == "patched", describe(done)
     assert pristine_in(other_install, OTHER_VERSION)  # the shadowed one is never touched
     assert gptoss(venv, "revert").returncode == 0
     pth.unlink()

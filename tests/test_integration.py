@@ -49,7 +49,10 @@ def test_pending_apply_applied_idempotent_verify_revert(venv):
     site = site_packages(venv)
     record = next(site.glob("vllm-*.dist-info")) / "RECORD"
     record_bytes = record.read_bytes()
-    assert states(venv) == {"harmony_instructions": "pending", "marlin_atomic_add_sm121": "pending", "mxfp4_fp4_import": "not-needed"}
+    assert states(venv) == {
+        "harmony_instructions": "pending", "harmony_no_tools_channels": "pending", "harmony_stream_guard": "pending",
+        "marlin_atomic_add_sm121": "pending", "mxfp4_fp4_import": "not-needed",
+    }
 
     assert cli(venv, "apply", "--vllm", VERSION).exit_code == 0
     assert states(venv)["harmony_instructions"] == states(venv)["marlin_atomic_add_sm121"] == "applied"

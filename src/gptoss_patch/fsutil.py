@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
@@ -47,7 +48,10 @@ def atomic_write(path: Path, data: bytes, mode: int | None = None) -> None:
         os.replace(tmp, real)
         fsync_dir(real.parent)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        # On a read-only filesystem even removing the (never created) temporary fails with EROFS:
+        # that must not replace the real error with a raw OSError.
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
         raise write_failed(real, exc) from None
 
 
