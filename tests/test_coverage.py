@@ -18,12 +18,18 @@ pytestmark = pytest.mark.upstream
 
 # State of each patch on the stock release, before apply (facts checked on the wheels).
 EXPECTED = {
-    "0.15.1": {"harmony_instructions": "pending", "marlin_atomic_add_sm121": "pending", "mxfp4_fp4_import": "not-needed"},
-    "0.17.1": {"harmony_instructions": "pending", "marlin_atomic_add_sm121": "pending", "mxfp4_fp4_import": "not-needed"},
-    "0.18.0": {"harmony_instructions": "pending", "marlin_atomic_add_sm121": "pending", "mxfp4_fp4_import": "not-needed"},
-    "0.22.1": {"harmony_instructions": "pending", "marlin_atomic_add_sm121": "pending", "mxfp4_fp4_import": "not-needed"},
-    "0.23.0": {"harmony_instructions": "fixed-upstream", "marlin_atomic_add_sm121": "pending", "mxfp4_fp4_import": "not-needed"},
-    "0.33.0": {"harmony_instructions": "fixed-upstream", "marlin_atomic_add_sm121": "pending", "mxfp4_fp4_import": "not-needed"},
+    "0.15.1": {"harmony_instructions": "pending", "harmony_no_tools_channels": "not-needed", "harmony_stream_guard": "pending",
+               "marlin_atomic_add_sm121": "pending", "mxfp4_fp4_import": "not-needed"},
+    "0.17.1": {"harmony_instructions": "pending", "harmony_no_tools_channels": "pending", "harmony_stream_guard": "pending",
+               "marlin_atomic_add_sm121": "pending", "mxfp4_fp4_import": "not-needed"},
+    "0.18.0": {"harmony_instructions": "pending", "harmony_no_tools_channels": "pending", "harmony_stream_guard": "pending",
+               "marlin_atomic_add_sm121": "pending", "mxfp4_fp4_import": "not-needed"},
+    "0.22.1": {"harmony_instructions": "pending", "harmony_no_tools_channels": "pending", "harmony_stream_guard": "pending",
+               "marlin_atomic_add_sm121": "pending", "mxfp4_fp4_import": "not-needed"},
+    "0.23.0": {"harmony_instructions": "fixed-upstream", "harmony_no_tools_channels": "pending", "harmony_stream_guard": "pending",
+               "marlin_atomic_add_sm121": "pending", "mxfp4_fp4_import": "not-needed"},
+    "0.33.0": {"harmony_instructions": "fixed-upstream", "harmony_no_tools_channels": "pending", "harmony_stream_guard": "fixed-upstream",
+               "marlin_atomic_add_sm121": "pending", "mxfp4_fp4_import": "not-needed"},
 }
 
 

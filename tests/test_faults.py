@@ -117,7 +117,7 @@ def check_status(venv: Path, ref: Reference, journal_left: bool, leftover: bool)
     if journal_left:
         assert len(said) == 1 and "completed an interrupted" in said[0], describe(status)
     elif leftover:
-        assert len(said) == 1 and "removed the ledger files of an interrupted" in said[0], describe(status)
+        assert len(said) == 1 and "removed the leftover ledger files of an interrupted" in said[0], describe(status)
     else:
         assert not said, describe(status)
     assert not (ledger_dir(venv) / "journal.json").exists()

@@ -33,6 +33,8 @@ TARGETS = (  # files whose pristine state every clone must start from
     "vllm/model_executor/layers/quantization/mxfp4.py",
     "vllm/model_executor/layers/quantization/utils/marlin_utils.py",
     "vllm/entrypoints/openai/parser/harmony_utils.py",
+    "vllm/entrypoints/serve/render/serving.py",
+    "vllm/parser/harmony.py",
 )
 
 

@@ -358,7 +358,7 @@ def _undo(ctx: Context, op: str, writes: list[Write], failure: WriteFailed) -> N
     except WriteFailed as second:
         raise WriteFailed(
             f"{failure}; putting back the files already written failed too ({second})",
-            hint=f"free space or make the files writable, then run any gptoss-patch command: it completes the {op}",
+            hint=f"free space or make the files writable, then run any gptoss-patch command: it finishes the {op} or its roll-back",
         ) from None
     raise failure
 
@@ -397,7 +397,7 @@ def recover(inst: Installation, *, locked: bool = False) -> tuple[str, ...]:
     journal = store.journal()
     if journal is None:
         if store.tidy():
-            return ("removed the ledger files of an interrupted gptoss-patch run that had changed no vllm file",)
+            return ("removed the leftover ledger files of an interrupted gptoss-patch run; no vllm file needed to change",)
         return ()
     if not isinstance(journal, dict) or not isinstance(journal.get("ledger"), dict):
         raise store._corrupt("bad journal")
