@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import importlib
 import json
 import os
 import shutil
@@ -38,13 +37,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from packaging.requirements import Requirement
-from packaging.version import Version
 
-from gptoss_patch import vocab
+from gptoss_patch import engine, target, vocab
+from tests import upstream
 from gptoss_patch.behaviour import START_DATE
-from gptoss_patch.patches._base import run_codemod
 from gptoss_patch.probes import MARKER, RENDER
-from gptoss_patch.spec import PackageView
+from gptoss_patch.spec import Selection
 
 HERE = Path(__file__).parent
 REQUIREMENTS = HERE / "harness-requirements.txt"
@@ -106,29 +104,12 @@ def clone_venv(src_python: Path, dst_dir: Path) -> Path:
 
 def replace_file(path: Path, text: str) -> None:
     """Write `text` to `path` by rename: the only safe way to change a file in a hardlinked clone."""
-    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(handle, "w", encoding="utf-8", newline="") as out:
-        out.write(text)
-    os.chmod(temp, 0o644)
-    os.replace(temp, path)
+    upstream.replace_file(path, text.encode("utf-8"))
 
 
 def apply_patches(python: Path, patch_ids: Sequence[str]) -> None:
-    """Apply patches to a (cloned) harness venv with their codemods, writing by rename.
-
-    A stand-in for `gptoss-patch apply` so probes can be tested on patched code directly.
-    """
-    root = site_packages(python) / "vllm"
-    version = Version(installed_vllm(python))
-    for patch_id in patch_ids:
-        spec = importlib.import_module(f"gptoss_patch.patches.{patch_id}").SPEC
-        band = spec.band_for(version)
-        if band is None:
-            raise HarnessError(f"{patch_id} does not apply to vllm {version} ({spec.versions})")
-        path = root / band.target
-        with path.open(encoding="utf-8", newline="") as handle:
-            source = handle.read()
-        replace_file(path, run_codemod(spec.codemod(), source, PackageView(root)))
+    """Apply patches to a (cloned) harness venv with the real engine (it writes by rename)."""
+    engine.apply(target.discover(str(python)), Selection(only=tuple(patch_ids)))
 
 
 def installed_vllm(python: Path) -> str:

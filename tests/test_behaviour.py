@@ -177,3 +177,30 @@ def vocab_dir_ok(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("xdg") / "gptoss-patch" / "tiktoken"
     vocab.install(None, directory)
     return directory
+
+
+CATALOGUE = ["harmony_no_tools_channels", "harmony_stream_guard"]
+
+
+@pytest.mark.harness
+@pytest.mark.usefixtures("vocab_env")
+def test_stock_0171_reproduces_g04_and_g05(stock_0171: Path) -> None:
+    results = by_id(behaviour.run(str(stock_0171), CATALOGUE, verbose=False))
+    channels, stream = results["harmony_no_tools_channels"], results["harmony_stream_guard"]
+    assert channels.passed is False
+    assert "`commentary` is still valid without custom tools (G04)" in channels.evidence
+    assert stream.passed is False
+    assert "Unexpected token 200002 while expecting start token 200006" in stream.evidence
+
+
+@pytest.mark.harness
+@pytest.mark.usefixtures("vocab_env")
+def test_patched_0171_restricts_channels_and_keeps_streaming(stock_0171: Path, tmp_path: Path) -> None:
+    python = harness.clone_venv(stock_0171, tmp_path / "venv")
+    harness.apply_patches(python, CATALOGUE)
+    results = by_id(behaviour.run(str(python), CATALOGUE, verbose=True))
+    channels, stream = results["harmony_no_tools_channels"], results["harmony_stream_guard"]
+    assert channels.passed is True, channels.evidence
+    assert "without custom tools: analysis, final; with custom tools: analysis, commentary, final" in channels.evidence
+    assert stream.passed is True, stream.evidence
+    assert "skipped token 200002, the stream went on: ['Hello', ' world']" in stream.evidence

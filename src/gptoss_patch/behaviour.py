@@ -22,8 +22,8 @@ from typing import Any
 from gptoss_patch import vocab
 from gptoss_patch.probes import MARKER, RUNNER
 
-PROBED = ("harmony_instructions", "marlin_atomic_add_sm121")
-NEEDS_VOCAB = frozenset({"harmony_instructions"})
+PROBED = ("harmony_instructions", "harmony_no_tools_channels", "harmony_stream_guard", "marlin_atomic_add_sm121")
+NEEDS_VOCAB = frozenset({"harmony_instructions", "harmony_stream_guard"})
 START_DATE = "2026-01-01"  # VLLM_SYSTEM_START_DATE: a pinned date makes the rendered prompt reproducible
 SET_BY_PROBES = ("VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS", "VLLM_MARLIN_USE_ATOMIC_ADD")
 TIMEOUT = 600.0

@@ -1,0 +1,54 @@
+"""Probe for harmony_stream_guard: a malformed token in a gpt-oss stream must not abort it (G05).
+
+The stream below has a stray `<|return|>` where the parser expects `<|start|>` (the HarmonyError
+users see: "Unexpected token 200002 while expecting start token 200006"). It is fed token by token
+through the per-token step the installed stream loop uses: the patched helper where the patch put it,
+else the bare `parser.process`, as stock vLLM before 0.32.0 does. Needs the harmony vocabulary.
+"""
+
+import importlib
+import importlib.util
+
+from _builder import NoBuilder
+
+REQUIRES = ("vllm", "openai_harmony")
+HELPER = "_gptoss_patch_harmony_process"
+MODULES = ("vllm.entrypoints.openai.chat_completion.serving", "vllm.parser.harmony")  # <= 0.23, 0.24-0.31
+STREAM = "<|channel|>final<|message|>Hello<|end|><|return|><|start|>assistant<|channel|>final<|message|> world<|end|>"
+
+
+def run(verbose):
+    from openai_harmony import HarmonyEncodingName, HarmonyError, Role, StreamableParser, load_harmony_encoding
+
+    encoding = load_harmony_encoding(HarmonyEncodingName.HARMONY_GPT_OSS)
+    tokens = encoding.encode(STREAM, allowed_special="all")
+    parser = StreamableParser(encoding, role=Role.ASSISTANT)
+    step, where = _installed_step(parser)
+    skipped = []
+    try:
+        for token in tokens:
+            if step(token) is False:
+                skipped.append(token)
+    except HarmonyError as exc:
+        return {"passed": False, "evidence": "the stream aborted at a malformed token ({}): {}".format(where, exc)}
+    texts = [part.text for message in parser.messages for part in message.content]
+    detail = "messages: {!r}; skipped tokens: {}".format(texts, skipped) if verbose else ""
+    if texts != ["Hello", " world"] or len(skipped) != 1:
+        return {"passed": False, "evidence": "unexpected result ({}): messages {!r}, skipped {}".format(where, texts, skipped)}
+    return {"passed": True, "evidence": "{}: skipped token {}, the stream went on: {!r}".format(where, skipped[0], texts), "detail": detail}
+
+
+def _installed_step(parser):
+    """The per-token step of the installed stream loop, and where it came from."""
+    for name in MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        helper = getattr(module, HELPER, None)
+        if helper is not None:
+            return (lambda token: helper(parser, token)), "{}.{}".format(name, HELPER)
+    if importlib.util.find_spec("vllm.parser.harmony") is not None:
+        raise NoBuilder("vLLM 0.24+ streams through HarmonyParser.process_chunk, which needs a tokenizer to build; "
+                        "use `gptoss-patch status` for its state")
+    return parser.process, "the unguarded parser.process(token_id) of the installed stream generator"
