@@ -9,7 +9,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from packaging.version import Version
 
 from gptoss_patch import engine, faults
 from gptoss_patch.errors import Conflict, PatchFailed, TargetError, WriteFailed
@@ -17,7 +16,7 @@ from gptoss_patch.ledger import Store
 from gptoss_patch.record import read_hashes
 from gptoss_patch.spec import Selection, State
 from tests import fakesite
-from tests.fakesite import MARLIN_REL, MXFP4_REL, SERVING_REL
+from tests.fakesite import MARLIN_REL, SERVING_REL
 
 
 @pytest.fixture

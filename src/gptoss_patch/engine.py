@@ -19,7 +19,6 @@ from gptoss_patch import faults
 from gptoss_patch.errors import Conflict, PatchFailed, TargetError, WriteFailed
 from gptoss_patch.fsutil import atomic_write, remove_stale_bytecode, sha256
 from gptoss_patch.ledger import FileEntry, Ledger, Store, Write
-from gptoss_patch.record import read_hashes
 from gptoss_patch.registry import selected
 from gptoss_patch.spec import PackageView, PatchResult, PatchSpec, Report, Selection, State
 from gptoss_patch.target import Installation

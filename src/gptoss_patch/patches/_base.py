@@ -23,6 +23,7 @@ class PatchCodemod(cst.CSTTransformer):
 
     EXPECTED_HITS = 1
     ANCHOR = "the code this patch rewrites"  # named in drift messages
+    HELPER_SOURCE = ""  # module-level code the rewrite calls, appended to the module by finish()
 
     def __init__(self, package: PackageView) -> None:
         super().__init__()
@@ -42,8 +43,10 @@ class PatchCodemod(cst.CSTTransformer):
         return True
 
     def finish(self, module: cst.Module) -> cst.Module:
-        """After the rewrite: add module-level helpers (called only when the hit count is right)."""
-        return module
+        """After the rewrite: append HELPER_SOURCE (called only when the hit count is right)."""
+        if not self.HELPER_SOURCE:
+            return module
+        return module.with_changes(body=[*module.body, *parse_statements(self.HELPER_SOURCE, blank_lines_before=2)])
 
     def rewrite(self, tree: cst.Module) -> cst.Module:
         body = [new for statement in tree.body for new in self._visit_top(statement)]
@@ -98,13 +101,6 @@ def small_statement(statement: cst.BaseStatement) -> cst.BaseSmallStatement | No
     """The only small statement of a simple line (`x = f()`), else None."""
     if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
         return statement.body[0]
-    return None
-
-
-def called(node: cst.CSTNode | None) -> str | None:
-    """`f` for a call `f(...)`, `a.b` for `a.b(...)`; None for anything else."""
-    if isinstance(node, cst.Call):
-        return code(node.func)
     return None
 
 

@@ -122,6 +122,7 @@ def codemod() -> "type[PatchCodemod]":
 
     class HarmonyInstructions(PatchCodemod):
         ANCHOR = f"{METHOD}: get_system_message / developer message / parse_chat_inputs_to_harmony_messages"
+        HELPER_SOURCE = HELPER_SOURCE
 
         def in_scope(self, statement: cst.BaseStatement) -> bool:
             return class_has_method(statement, METHOD)
@@ -137,9 +138,6 @@ def codemod() -> "type[PatchCodemod]":
             self.hit()
             body[starts[0] : starts[0] + 4] = parse_statements(CALL_SOURCE)
             return updated.with_changes(body=updated.body.with_changes(body=body))
-
-        def finish(self, module: cst.Module) -> cst.Module:
-            return module.with_changes(body=[*module.body, *parse_statements(HELPER_SOURCE, blank_lines_before=2)])
 
     return HarmonyInstructions
 

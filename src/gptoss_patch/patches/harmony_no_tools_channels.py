@@ -56,6 +56,7 @@ def codemod() -> "type[PatchCodemod]":
 
     class HarmonyNoToolsChannels(PatchCodemod):
         ANCHOR = f"{FUNCTION}({PARAMETER}=...): one `sys_msg = Message.from_role_and_content(...)`"
+        HELPER_SOURCE = HELPER_SOURCE
 
         def in_scope(self, statement: cst.BaseStatement) -> bool:
             return defines(statement, FUNCTION)
@@ -70,9 +71,6 @@ def codemod() -> "type[PatchCodemod]":
             self.hit()
             body[at[0] : at[0]] = parse_statements(CALL_SOURCE)
             return updated.with_changes(body=updated.body.with_changes(body=body))
-
-        def finish(self, module: cst.Module) -> cst.Module:
-            return module.with_changes(body=[*module.body, *parse_statements(HELPER_SOURCE, blank_lines_before=2)])
 
     return HarmonyNoToolsChannels
 

@@ -78,6 +78,7 @@ def codemod() -> "type[PatchCodemod]":
 
     class HarmonyStreamGuard(PatchCodemod):
         ANCHOR = "the per-token `harmony_parser.process(token_id)` in the harmony stream loop"
+        HELPER_SOURCE = HELPER_SOURCE
 
         def in_scope(self, statement: cst.BaseStatement) -> bool:
             return any(class_has_method(statement, f) for f in FUNCTIONS)
@@ -94,9 +95,6 @@ def codemod() -> "type[PatchCodemod]":
             guard = GUARD_SOURCE.format(helper=HELPER, receiver=unguarded_call(body[at[0]]))
             body[at[0] : at[0] + 1] = parse_statements(guard)
             return updated.with_changes(body=updated.body.with_changes(body=body))
-
-        def finish(self, module: cst.Module) -> cst.Module:
-            return module.with_changes(body=[*module.body, *parse_statements(HELPER_SOURCE, blank_lines_before=2)])
 
     return HarmonyStreamGuard
 

@@ -38,12 +38,13 @@ def {HELPER}(device) -> bool:
 def codemod() -> "type[PatchCodemod]":
     import libcst as cst
 
-    from gptoss_patch.patches._base import PatchCodemod, code, defines, parse_statements
+    from gptoss_patch.patches._base import PatchCodemod, code, defines
 
     env_disabled = f"notenvs.{ENV}"  # `if not envs.VLLM_MARLIN_USE_ATOMIC_ADD:`, whitespace removed
 
     class MarlinAtomicAddSm121(PatchCodemod):
         ANCHOR = f"{FUNCTION}: `if not envs.{ENV}:`"
+        HELPER_SOURCE = HELPER_SOURCE
 
         def in_scope(self, statement: cst.BaseStatement) -> bool:
             return defines(statement, FUNCTION)
@@ -54,9 +55,6 @@ def codemod() -> "type[PatchCodemod]":
             self.hit()
             helper_call = cst.parse_expression(f"not {HELPER}(device)")
             return updated.with_changes(test=cst.BooleanOperation(left=updated.test, operator=cst.And(), right=helper_call))
-
-        def finish(self, module: cst.Module) -> cst.Module:
-            return module.with_changes(body=[*module.body, *parse_statements(HELPER_SOURCE, blank_lines_before=2)])
 
     return MarlinAtomicAddSm121
 
