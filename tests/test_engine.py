@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import stat
 import subprocess
 import sys
@@ -225,6 +226,24 @@ def test_upstream_fix_is_detected_by_shape(tmp_path):
 def test_upstream_version_without_the_fix_shape_is_drift(tmp_path):
     inst = fakesite.build(tmp_path / "venv", version="0.23.0")
     assert states(engine.status(inst))["harmony_instructions"] == "drifted"
+
+
+@pytest.mark.parametrize(
+    "version, why",
+    [
+        pytest.param("0.17.2rc1", "is a pre-release", id="release-candidate"),
+        pytest.param("0.17.1+cu128", "is a local build (+cu128)", id="local-build"),
+        pytest.param("0.17.1.post1", "is not a release gptoss-patch was checked against", id="post-release"),
+    ],
+)
+def test_unverified_builds_need_explicit_permission_to_write(tmp_path, version, why):
+    inst = fakesite.build(tmp_path / "venv", version=version)
+    assert states(engine.status(inst))["marlin_atomic_add_sm121"] == "pending"  # status still gives verdicts
+    with pytest.raises(TargetError, match=re.escape(why)):
+        engine.apply(inst)
+    assert pristine(inst) and not (inst.dist_info / "gptoss_patch").exists()
+    engine.apply(inst, allow_unknown_version=True)
+    assert states(engine.status(inst))["marlin_atomic_add_sm121"] == "applied"
 
 
 def test_unknown_newer_release_needs_explicit_permission_to_write(tmp_path):

@@ -191,19 +191,29 @@ def test_unreadable_ledger_is_refused(venv, ref, hostile):
     assert contents(venv, ref) == "patched"
 
 
-def test_journal_pointing_outside_the_package_is_refused(venv, ref, tmp_path, hostile):
-    """A planted journal would make the next command "finish" writes anywhere: every row is checked."""
+@pytest.mark.parametrize("bad_row", ["outside", "setuid-mode", "missing-key"])
+def test_hand_made_journal_is_refused(venv, ref, tmp_path, bad_row, hostile):
+    """A planted journal would make the next command "finish" its writes: every row is checked."""
     apply_ok(venv, ref)
     victim = tmp_path / "victim.py"
     victim.write_bytes(b"keep me\n")
     raw = json.loads((ledger_dir(venv) / "ledger.json").read_text())
-    digest = next(iter(raw["files"].values()))["original"]
-    row = {"path": f"vllm/../../../../../../../..{victim}", "before": sha256(b"keep me\n"), "after": digest, "mode": 0o644}
+    first = ref.targets[0]
+    row = {"path": first, "before": sha256(ref.patched[first]), "after": raw["files"][first]["original"], "mode": 0o644}
+    if bad_row == "outside":
+        row.update(path=f"vllm/../../../../../../../..{victim}", before=sha256(b"keep me\n"))
+    elif bad_row == "setuid-mode":
+        row.update(mode=0o104755)
+    else:
+        del row["after"]
     journal = {"op": "apply", "pid": 1, "writes": [row], "ledger": raw}
     (ledger_dir(venv) / "journal.json").write_text(json.dumps(journal))
     refused = gptoss(venv, "status")
-    assert refused.returncode == 5 and "points outside the vllm package; nothing was written" in error_of(refused)
+    assert refused.returncode == 5, describe(refused)
+    why = {"outside": "points outside the vllm package", "setuid-mode": f"bad journal row for {first}", "missing-key": "bad journal"}
+    assert f"{why[bad_row]}; nothing was written" in error_of(refused)
     assert victim.read_bytes() == b"keep me\n" and contents(venv, ref) == "patched"
+    assert stat.S_IMODE((site_packages(venv) / first).stat().st_mode) == 0o644
 
 
 def test_symlink_planted_in_the_ledger_directory_is_refused(venv, ref, tmp_path, hostile):

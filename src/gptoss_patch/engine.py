@@ -22,7 +22,7 @@ from gptoss_patch.ledger import FileEntry, Ledger, Store, Write
 from gptoss_patch.registry import selected
 from gptoss_patch.spec import PackageView, PatchResult, PatchSpec, Report, Selection, State
 from gptoss_patch.target import Installation
-from gptoss_patch.versions import is_unknown_newer
+from gptoss_patch.versions import is_unknown_newer, unverified_reason
 
 BOM = b"\xef\xbb\xbf"
 
@@ -233,10 +233,11 @@ def _refuse_failures(results: list[PatchResult]) -> None:
 
 
 def _guard_unknown_version(inst: Installation, allowed: bool) -> None:
-    if is_unknown_newer(inst.version) and not allowed:
+    reason = unverified_reason(inst.version)
+    if reason and not allowed:
         raise TargetError(
-            f"vllm {inst.version} is newer than every release gptoss-patch was checked against; nothing was written",
-            hint="review `gptoss-patch diff`, then re-run with --allow-unknown-version",
+            f"{reason}; nothing was written",
+            hint="review `gptoss-patch diff` (the verdicts come from the code's shape), then re-run with --allow-unknown-version",
         )
 
 
