@@ -229,6 +229,21 @@ def test_symlink_planted_in_the_ledger_directory_is_refused(venv, ref, tmp_path,
     assert victim.read_bytes() == b"keep me\n" and contents(venv, ref) == "patched"
 
 
+def test_ledger_directory_replaced_by_a_symlink_is_never_followed(venv, ref, tmp_path, hostile):
+    """The next command tidies a ledger directory without ledger.json: it removes the link, not the
+    directory the link points to."""
+    elsewhere = tmp_path / "precious"
+    elsewhere.mkdir()
+    (elsewhere / "data.txt").write_text("keep me\n")
+    (elsewhere / "x.gptoss-tmp").write_text("not ours either\n")
+    ledger_dir(venv).symlink_to(elsewhere)
+    look = gptoss(venv, "status", "--json")
+    assert look.returncode == 1 and states(look) == ref.pending, describe(look)
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["data.txt", "x.gptoss-tmp"]
+    assert not ledger_dir(venv).is_symlink()
+    apply_ok(venv, ref)
+
+
 # -- links --------------------------------------------------------------------------------------------
 
 

@@ -175,12 +175,6 @@ def transform(spec: PatchSpec, text: str, package: PackageView) -> str:
 # -- apply / diff -------------------------------------------------------------------------------
 
 
-def prefetch_libcst() -> None:
-    """Import libcst in a thread while the target probe runs in its subprocess (the GIL is free
-    while we wait on it), so `apply` does not pay the two one after the other."""
-    import threading
-
-    threading.Thread(target=__import__, args=("libcst",), daemon=True).start()
 
 
 @dataclass(frozen=True)

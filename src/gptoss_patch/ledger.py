@@ -239,6 +239,10 @@ class Store:
         what tells the next command to finish this clean-up, or a journal rolls forward), and RECORD
         loses our rows only once the files they list are gone; the empty directory goes last.
         """
+        if self.dir.is_symlink():  # planted: remove the link, never what it points to
+            self.dir.unlink()
+            unregister(self.inst.record, self.prefix)
+            return
         for name, step in (("ledger.json", "ledger-removed"), ("journal.json", "journal-removed")):
             (self.dir / name).unlink(missing_ok=True)
             faults.reached(step)
@@ -251,7 +255,7 @@ class Store:
 
     def remove_strays(self) -> None:
         """Temporary files a killed atomic_write left behind (we hold the lock: none is in use)."""
-        for stray in self.dir.rglob("*.gptoss-tmp") if self.dir.exists() else ():
+        for stray in self.dir.rglob("*.gptoss-tmp") if self.dir.is_dir() and not self.dir.is_symlink() else ():
             stray.unlink(missing_ok=True)
         temp_name(self.inst.record).unlink(missing_ok=True)
 

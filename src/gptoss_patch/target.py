@@ -6,6 +6,7 @@ the tool may run from another environment (pipx, a system Python) than the vLLM 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -16,22 +17,32 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from gptoss_patch import paths
 from gptoss_patch.errors import TargetError
 from gptoss_patch.versions import parse_version
 
 DISTRIBUTION = "vllm"
 
-# Runs in the target interpreter; prints one JSON object. Keep it import-light.
+# Runs in the target interpreter; prints one JSON object. Keep it import-light. `stamps` are the
+# modification times of the directories on sys.path, taken before the lookup: see _cached_probe.
 _PROBE = r"""
-import json, sys
+import json, os, sys
+stamps = {}
+for entry in sys.path:
+    try:
+        stamps[os.path.abspath(entry or ".")] = os.stat(entry or ".").st_mtime_ns
+    except OSError:
+        pass
 from importlib import metadata
 found = []
 for dist in metadata.distributions(name=%r):
     path = getattr(dist, "_path", None)
     found.append({"version": dist.version, "dist_info": str(path) if path else None,
                   "site": str(dist.locate_file(""))})
-print(json.dumps({"python": sys.executable, "prefix": sys.prefix, "found": found}))
+print(json.dumps({"python": sys.executable, "prefix": sys.prefix, "found": found, "stamps": stamps}))
 """
+# Variables that change what the target interpreter puts on sys.path.
+_PATH_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONNOUSERSITE", "PYTHONSAFEPATH")
 
 
 @dataclass(frozen=True)
@@ -90,7 +101,7 @@ def _venv_python(root: Path) -> Path:
 def discover(python: str, expected: str | None = None) -> Installation:
     """Locate vLLM for `python`; check it against `expected` (the --vllm assertion) if given."""
     wanted = parse_version(expected) if expected else None
-    probe = _run_probe(python)
+    probe = _cached_probe(python)
     found = probe["found"]
     if not found:
         raise TargetError(
@@ -110,6 +121,43 @@ def discover(python: str, expected: str | None = None) -> Installation:
     if wanted is not None and inst.version != wanted:
         raise TargetError(f"--vllm {expected} was asserted, but {inst.python} has vllm {inst.version}")
     return inst
+
+
+def _cached_probe(python: str) -> dict:
+    """The probe's answer, reused while nothing it depends on has changed.
+
+    An install, upgrade or uninstall changes the entries of a directory on sys.path, hence its
+    mtime; the interpreter, the working directory and the sys.path variables are part of the key.
+    A cached answer is used only if every stamp still matches and every dist-info still exists, so
+    it can be stale only if something rewrote a dist-info in place without touching its directory.
+    """
+    key = _probe_key(python)
+    if key is None:
+        return _run_probe(python)
+    path = paths.cache_home() / "targets" / f"{key}.json"
+    cached = paths.read_json(path)
+    if isinstance(cached, dict) and _still_valid(cached):
+        return cached
+    probe = _run_probe(python)
+    paths.write_json(path, probe)
+    return probe
+
+
+def _probe_key(python: str) -> str | None:
+    try:
+        binary = os.stat(python)
+    except OSError:
+        return None
+    facts = [os.path.realpath(python), python, binary.st_mtime_ns, os.getcwd(), [os.environ.get(v) for v in _PATH_ENV]]
+    return hashlib.sha256(json.dumps(facts).encode()).hexdigest()[:32]
+
+
+def _still_valid(probe: dict) -> bool:
+    try:
+        stamps_match = all(os.stat(d).st_mtime_ns == t for d, t in probe["stamps"].items())
+        return stamps_match and all(os.path.isdir(f["dist_info"] or "") for f in probe["found"])
+    except (OSError, KeyError, TypeError, AttributeError):
+        return False
 
 
 def _run_probe(python: str) -> dict:

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from gptoss_patch import paths
 from gptoss_patch.errors import TargetError, UsageError, WriteFailed
 
 BASE_URL = "https://openaipublic.blob.core.windows.net/encodings/"
@@ -109,19 +110,13 @@ class Installed:
         }
 
 
-def _xdg_cache(environ: Mapping[str, str]) -> Path:
-    # The XDG spec says a relative XDG_CACHE_HOME is invalid and must be ignored.
-    xdg = environ.get("XDG_CACHE_HOME", "")
-    return Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"
-
-
 def default_dir() -> Path:
-    return _xdg_cache(os.environ) / "gptoss-patch" / "tiktoken"
+    return paths.cache_home() / "tiktoken"
 
 
 def wheel_cache_dir() -> Path:
     override = os.environ.get("GPTOSS_PATCH_WHEEL_CACHE")
-    return Path(override) if override else _xdg_cache(os.environ) / "gptoss-patch" / "wheels"
+    return Path(override) if override else paths.cache_home() / "wheels"
 
 
 def exports(directory: Path) -> dict[str, str]:

@@ -30,7 +30,6 @@ def apply(
 ) -> None:
     """Apply every patch the installed vLLM needs. Nothing is written unless every patch succeeds."""
     chosen = selection(only, skip)
-    engine.prefetch_libcst()
     report = engine.apply(
         installation(python, venv, vllm), chosen, dry_run=dry_run, diffs=with_diff or (),
         allow_unknown_version=allow_unknown_version,

@@ -9,8 +9,6 @@ from __future__ import annotations
 import ast
 import difflib
 import hashlib
-import json
-import os
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -18,6 +16,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from gptoss_patch import paths
 from gptoss_patch.errors import TargetError
 
 ENVS_FILE = "envs.py"
@@ -109,8 +108,7 @@ def read_capabilities(package_root: Path, version: Version, cache_dir: Path | No
 
 
 def default_cache_dir() -> Path:
-    xdg = os.environ.get("XDG_CACHE_HOME", "")
-    return (Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache") / "gptoss-patch" / "static"
+    return paths.cache_home() / "static"
 
 
 def _fingerprint(package_root: Path) -> str:
@@ -125,15 +123,15 @@ def _fingerprint(package_root: Path) -> str:
 
 
 def _load_cached(path: Path, version: Version) -> Capabilities | None:
+    raw = paths.read_json(path)
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
         return Capabilities(
             version,
             EnvRegistry(frozenset(raw["env"]), dict(raw["deprecated"])),
             FlagRegistry(frozenset(raw["flags"])),
             MoeSelector(frozenset(raw["moe_env"]), bool(raw["moe_flag"]), tuple(raw["moe_choices"])),
         )
-    except (OSError, ValueError, KeyError, TypeError):
+    except (KeyError, TypeError, ValueError):
         return None  # no entry, or one we cannot trust: parse again
 
 
@@ -146,13 +144,7 @@ def _store_cached(path: Path, caps: Capabilities) -> None:
         "moe_flag": caps.moe.honours_moe_backend,
         "moe_choices": list(caps.moe.choices),
     }
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        temp.write_text(json.dumps(payload), encoding="utf-8")
-        os.replace(temp, path)  # readers never see half an entry
-    except OSError:
-        pass  # a cache we cannot write only costs time
+    paths.write_json(path, payload)
 
 
 # -- envs.py -------------------------------------------------------------------------------------

@@ -1,0 +1,34 @@
+"""Where gptoss-patch keeps its own files, and a small JSON cache that never blocks a command."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+
+def cache_home(environ: Mapping[str, str] = os.environ) -> Path:
+    """$XDG_CACHE_HOME/gptoss-patch (a relative XDG_CACHE_HOME is invalid per the spec: ignored)."""
+    xdg = environ.get("XDG_CACHE_HOME", "")
+    return (Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache") / "gptoss-patch"
+
+
+def read_json(path: Path) -> Any | None:
+    """The cached value, or None when there is none or it cannot be read (callers recompute)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def write_json(path: Path, payload: Any) -> None:
+    """Best effort and atomic: readers never see half an entry; a read-only home only costs speed."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        temp.write_text(json.dumps(payload), encoding="utf-8")
+        os.replace(temp, path)
+    except OSError:
+        pass
