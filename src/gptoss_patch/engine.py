@@ -12,6 +12,7 @@ import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from packaging.version import Version
 
@@ -36,14 +37,25 @@ class Context:
     ledger: Ledger
     overlay: dict[str, bytes] = field(default_factory=dict)
     _cache: dict[str, bytes | None] = field(default_factory=dict)
-    transformed: dict[tuple[str, str], str] = field(default_factory=dict)  # (patch id, source) -> result
+    parsed: dict[str, Any] = field(default_factory=dict)  # source text -> (libcst Module, CRLF?)
 
-    def transform(self, spec: PatchSpec, text: str) -> str:
-        """Each file is parsed once per command: status's dry run is reused by apply's plan."""
-        key = (spec.id, text)
-        if key not in self.transformed:
-            self.transformed[key] = transform(spec, text, self.package)
-        return self.transformed[key]
+    def parse(self, text: str) -> tuple[Any, bool]:
+        """Each source is parsed once per command: the dry runs and the rewrite share the tree."""
+        if text not in self.parsed:
+            self.parsed[text] = _parse(text)
+        return self.parsed[text]
+
+    def dry_run(self, spec: PatchSpec, text: str) -> None:
+        """Raise PatchFailed if `spec` cannot rewrite `text` (no code is generated)."""
+        _rewrite(spec, self.parse(text)[0], self.package)
+
+    def rewrite(self, specs: list[PatchSpec], text: str) -> str:
+        """Apply `specs` in order to one tree and generate the code once."""
+        module, crlf = self.parse(text)
+        for spec in specs:
+            module = _rewrite(spec, module, self.package)
+        code = module.code
+        return code.replace("\n", "\r\n") if crlf else code
 
     @property
     def package(self) -> PackageView:
@@ -139,7 +151,7 @@ def _judge_shape(spec: PatchSpec, ctx: Context, rel: str, data: bytes) -> PatchR
     if reason := spec.not_needed(text, ctx.package):
         return PatchResult(spec.id, State.NOT_NEEDED, reason, rel)
     try:
-        ctx.transform(spec, text)
+        ctx.dry_run(spec, text)
     except PatchFailed as exc:
         return PatchResult(spec.id, State.DRIFTED, str(exc), rel)
     return PatchResult(spec.id, State.PENDING, f"unpatched shape found in vllm {ctx.inst.version}", rel)
@@ -152,24 +164,26 @@ def decode(data: bytes) -> str | None:
         return None
 
 
-def transform(spec: PatchSpec, text: str, package: PackageView) -> str:
-    """Run one codemod; every failure becomes PatchFailed with a one-line reason.
-
-    A file with CRLF line endings throughout is transformed as LF and converted back, so the code we
-    insert (multi-line docstrings included) gets the file's line endings too.
-    """
+def _parse(text: str) -> tuple[Any, bool]:
+    """Parse with libcst; a file with CRLF line endings throughout is parsed as LF and converted
+    back after code generation, so the code we insert (docstrings included) gets CRLF too."""
     import libcst
-
-    from gptoss_patch.patches._base import Drift, run_codemod
 
     crlf = "\r\n" in text and text.count("\r\n") == text.count("\n")
     try:
-        result = run_codemod(spec.codemod(), text.replace("\r\n", "\n") if crlf else text, package)
-        return result.replace("\n", "\r\n") if crlf else result
+        return libcst.parse_module(text.replace("\r\n", "\n") if crlf else text), crlf
+    except libcst.ParserSyntaxError as exc:
+        raise PatchFailed(f"the target file does not parse (line {exc.raw_line}): {exc.message}") from None
+
+
+def _rewrite(spec: PatchSpec, module: Any, package: PackageView) -> Any:
+    """One codemod on a parsed module; drift becomes PatchFailed with a one-line reason."""
+    from gptoss_patch.patches._base import Drift
+
+    try:
+        return spec.codemod()(package).rewrite(module)
     except Drift as exc:
         raise PatchFailed(f"{spec.id}: drifted: {exc}") from None
-    except libcst.ParserSyntaxError as exc:
-        raise PatchFailed(f"{spec.id}: the target file does not parse (line {exc.raw_line}): {exc.message}") from None
 
 
 # -- apply / diff -------------------------------------------------------------------------------
@@ -261,9 +275,7 @@ def _plan_file(ctx: Context, rel: str, todo: list[PatchSpec], diff_blobs: list[b
     text = decode(base)
     if text is None:
         raise PatchFailed(f"{rel} is not valid UTF-8; nothing was written")
-    for spec in todo:
-        text = ctx.transform(spec, text)
-    after = encode(text, base)
+    after = encode(ctx.rewrite(todo, text), base)
     entry = ctx.ledger.files.get(rel)
     kept = entry.patches if entry and sha256(before) == entry.patched else ()
     original = entry.original if entry and kept else sha256(before)
@@ -463,10 +475,7 @@ def _replay(ctx: Context, rel: str, entry: FileEntry, current: bytes | None, ori
         from gptoss_patch import withdiff
 
         base = withdiff.replay(rel, original, [ctx.store.blob(d) for d in entry.diffs])
-    text = decode(base) or ""
-    for patch_id in keep:
-        text = ctx.transform(specs[patch_id], text)
-    after = encode(text, base)
+    after = encode(ctx.rewrite([specs[p] for p in keep], decode(base) or ""), base)
     return FilePlan(rel, current, after, replace(entry, patched=sha256(after), patches=tuple(keep)))
 
 

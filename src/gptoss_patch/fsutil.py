@@ -28,11 +28,12 @@ def temp_name(path: Path) -> Path:
     return path.with_name(path.name + ".gptoss-tmp")
 
 
-def atomic_write(path: Path, data: bytes, mode: int | None = None) -> None:
+def atomic_write(path: Path, data: bytes, mode: int | None = None, *, sync_dir: bool = True) -> None:
     """Replace `path` with `data` so that a crash leaves either the old or the new bytes.
 
     The write goes through a sibling temporary file, is fsynced, renamed over the target (which
-    replaces a symlink's target file, not the link: we resolve first), and the directory is fsynced.
+    replaces a symlink's target file, not the link: we resolve first), and the directory is fsynced
+    (unless the caller syncs it once after several writes: sync_dir=False).
     """
     real = path.resolve()
     tmp = temp_name(real)
@@ -46,7 +47,8 @@ def atomic_write(path: Path, data: bytes, mode: int | None = None) -> None:
             os.close(fd)
         faults.reached("before-rename", real)
         os.replace(tmp, real)
-        fsync_dir(real.parent)
+        if sync_dir:
+            fsync_dir(real.parent)
     except OSError as exc:
         # On a read-only filesystem even removing the (never created) temporary fails with EROFS:
         # that must not replace the real error with a raw OSError.

@@ -22,7 +22,7 @@ from typing import Any
 
 from gptoss_patch import faults
 from gptoss_patch.errors import Conflict, GptossPatchError, Locked
-from gptoss_patch.fsutil import atomic_write, sha256, temp_name, write_failed
+from gptoss_patch.fsutil import atomic_write, fsync_dir, sha256, temp_name, write_failed
 from gptoss_patch.record import register, unregister
 from gptoss_patch.target import Installation
 
@@ -188,7 +188,7 @@ class Store:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise write_failed(path.parent, exc) from None
-        atomic_write(path, data, 0o644)
+        atomic_write(path, data, 0o644, sync_dir=False)  # begin() syncs the directory once for all
         faults.reached("blob-stored", path)
         return digest
 
@@ -199,6 +199,8 @@ class Store:
     def begin(self, op: str, writes: list[Write], ledger: Ledger) -> None:
         self._register("journal.json")
         self.dir.mkdir(parents=True, exist_ok=True)
+        if (self.dir / "objects").is_dir():
+            fsync_dir(self.dir / "objects")  # the objects stored for this transaction are durable first
         body = {"op": op, "pid": os.getpid(), "writes": [asdict(w) for w in writes], "ledger": ledger.to_json()}
         atomic_write(self.dir / "journal.json", _dump(body), 0o644)
         faults.reached("journal-written")

@@ -1,11 +1,16 @@
 """The codemod base class every patch builds on (imported only when a file must be transformed).
 
-Codemods are plain `libcst.CSTTransformer`s matched with the small helpers below rather than
-`libcst.matchers`/`libcst.codemod`: importing those two costs 0.5 s, more than parsing every target
-file, and `apply` must stay within 1.25x of "import libcst + parse + regenerate" (bench/bench_apply.py).
+A codemod is a statement-level transformer: `leave_<StatementType>(original, updated)` hooks (as in
+libcst's CSTTransformer) called on the statements of its scope, matched with the small helpers below.
+It does not use `libcst.matchers`/`libcst.codemod` (importing those costs 0.5 s, more than parsing
+every target file) nor libcst's generic visitor, which would also visit every expression node of a
+500-line method: `apply` must stay within 1.25x of "import libcst + parse + regenerate"
+(bench/bench_apply.py).
 """
 
 from __future__ import annotations
+
+import functools
 
 import libcst as cst
 
@@ -18,7 +23,11 @@ class Drift(Exception):
     """The unpatched shape the codemod expects is not in the file (or not exactly once)."""
 
 
-class PatchCodemod(cst.CSTTransformer):
+# Fields of compound statements that hold further statements (bodies, else/except/finally blocks).
+_NESTED = ("body", "orelse", "handlers", "finalbody", "cases")
+
+
+class PatchCodemod:
     """Counts its rewrites; zero on an in-range target is drift, never a silent no-op."""
 
     EXPECTED_HITS = 1
@@ -26,7 +35,6 @@ class PatchCodemod(cst.CSTTransformer):
     HELPER_SOURCE = ""  # module-level code the rewrite calls, appended to the module by finish()
 
     def __init__(self, package: PackageView) -> None:
-        super().__init__()
         self.package = package
         self.hits = 0
 
@@ -61,10 +69,30 @@ class PatchCodemod(cst.CSTTransformer):
         if isinstance(statement, cst.ClassDef):
             members = [new for member in statement.body.body for new in self._visit_member(member)]
             return [statement.with_changes(body=statement.body.with_changes(body=members))]
-        return _flatten(statement.visit(self))
+        return _flatten(self.walk(statement))
 
     def _visit_member(self, member: cst.BaseStatement) -> list[cst.BaseStatement]:
-        return _flatten(member.visit(self)) if self.member_in_scope(member) else [member]
+        return _flatten(self.walk(member)) if self.member_in_scope(member) else [member]
+
+    def walk(self, node: cst.CSTNode) -> object:
+        """Rewrite the statements inside `node` (innermost first; a simple line's small statements
+        count as its body), then `node` through its `leave_<Type>` hook. Expressions are not visited."""
+        changes = {f: new for f in _NESTED if (old := getattr(node, f, None)) is not None and (new := self._walk_field(old)) is not old}
+        updated = node.with_changes(**changes) if changes else node
+        hook = getattr(self, f"leave_{type(node).__name__}", None)
+        return hook(node, updated) if hook else updated
+
+    def _walk_field(self, value: object) -> object:
+        if isinstance(value, (cst.IndentedBlock, cst.SimpleStatementSuite)):
+            body = [new for s in value.body for new in _flatten(self.walk(s))]
+            unchanged = len(body) == len(value.body) and all(a is b for a, b in zip(body, value.body))
+            return value if unchanged else value.with_changes(body=body)
+        if isinstance(value, (list, tuple)):
+            items = [self.walk(v) for v in value]
+            return items if any(a is not b for a, b in zip(items, value)) else value
+        if isinstance(value, cst.CSTNode):
+            return self.walk(value)
+        return value
 
 
 def _flatten(node: object) -> list[cst.BaseStatement]:
@@ -105,11 +133,15 @@ def small_statement(statement: cst.BaseStatement) -> cst.BaseSmallStatement | No
 
 
 def parse_statements(source: str, blank_lines_before: int = 0) -> list[cst.BaseStatement]:
-    """Statements of `source` with their comments kept as leading lines.
+    """Statements of `source` with their comments kept as leading lines (parsed once per process:
+    libcst nodes are immutable, so the dry run and the rewrite share them)."""
+    return list(_parse_statements(source, blank_lines_before))
 
-    A module's first comment would become its header, so parse behind a placeholder statement.
-    """
+
+@functools.lru_cache(maxsize=64)
+def _parse_statements(source: str, blank_lines_before: int) -> tuple[cst.BaseStatement, ...]:
+    # A module's first comment would become its header, so parse behind a placeholder statement.
     body = list(cst.parse_module("pass\n" + source.strip("\n") + "\n").body[1:])
     first = body[0]
     empty = [cst.EmptyLine()] * blank_lines_before
-    return [first.with_changes(leading_lines=[*empty, *first.leading_lines]), *body[1:]]
+    return (first.with_changes(leading_lines=[*empty, *first.leading_lines]), *body[1:])

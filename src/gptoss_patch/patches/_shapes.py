@@ -45,6 +45,8 @@ def calls(node: ast.AST, name: str) -> bool:
 
 def imports_of(source: str, name: str) -> list[ast.ImportFrom]:
     """`from X import name` at module level, including under module-level `try:` and `if`."""
+    if name not in source:  # most files never mention it: no need to parse them
+        return []
     tree = parse(source)
     if tree is None:
         return []
