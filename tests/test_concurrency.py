@@ -10,7 +10,6 @@ test shows it with /proc/locks and a non-blocking flock from the test itself.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import signal
 import subprocess

@@ -378,16 +378,16 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def mount_namespace(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Skip unless we can mount in a private mount namespace (root, unshare -m)."""
+    """Fail (never skip) unless we can mount in a private mount namespace (root, unshare -m)."""
     probe = tmp_path_factory.mktemp("mnt")
     if shutil.which("unshare") is None:
-        pytest.skip("unshare(1) is not installed: the injected variants cover this case")
+        pytest.fail("unshare(1) is missing: install util-linux (apt-get install util-linux) to test real read-only and full filesystems", pytrace=False)
     done = subprocess.run(
         ["unshare", "-m", "--propagation", "private", "mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(probe)],
         capture_output=True, text=True, check=False,
     )
     if done.returncode != 0:
-        pytest.skip(f"no private mount namespace here ({done.stderr.strip()}): the injected variants cover this case")
+        pytest.fail(f"cannot mount in a private mount namespace ({done.stderr.strip()}): these tests need root and unshare -m", pytrace=False)
 
 
 def in_namespace(setup: list[dict], commands: list[list[str]], hash_paths: list[Path], list_dirs: list[Path]) -> dict:

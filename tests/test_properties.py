@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 from packaging.version import Version
 
 from gptoss_patch import engine
-from gptoss_patch.fsutil import sha256
 from gptoss_patch.ledger import DIRNAME
 from gptoss_patch.spec import Selection, State
 from gptoss_patch.target import Installation
