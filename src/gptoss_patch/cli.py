@@ -11,7 +11,6 @@ from gptoss_patch import __version__, commands
 
 app = typer.Typer(
     name="gptoss-patch",
-    help="Make gpt-oss serve correctly on stock vLLM: version-keyed, verifiable, reversible patches.",
     rich_markup_mode="rich",
     no_args_is_help=True,
     add_completion=False,
@@ -29,11 +28,12 @@ def _version(value: bool) -> None:
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version and exit."),
 ) -> None:
-    """Make gpt-oss serve correctly on stock vLLM.
+    """Make gpt-oss serve correctly on stock vLLM: version-keyed, verifiable, reversible patches.
 
-    Exit codes: 0 ok · 1 action needed · 2 usage · 3 patch failed · 4 target (interpreter/vLLM/version)
-    · 5 conflict (file changed behind our back) · 6 locked · 7 filesystem refused a write.
-    """
+    Typical use: [bold]gptoss-patch apply --vllm 0.17.1[/], [bold]gptoss-patch status[/], [bold]gptoss-patch serve openai/gpt-oss-120b[/]. The target is the active virtualenv unless --venv/--python say otherwise; vllm is never imported by gptoss-patch itself.
+
+    Exit codes: 0 ok · 1 action needed · 2 usage · 3 patch failed · 4 target (interpreter, vLLM, version) · 5 conflict (file changed behind our back, untrusted ledger) · 6 locked · 7 the filesystem refused a write.
+    """  # noqa: E501 - rich keeps a docstring's line breaks, so each paragraph is one line
 
 
 def _register_commands() -> None:
