@@ -7,7 +7,6 @@ else the bare `parser.process`, as stock vLLM before 0.32.0 does. Needs the harm
 """
 
 import importlib
-import importlib.util
 
 from _builder import NoBuilder
 
@@ -40,15 +39,15 @@ def run(verbose):
 
 def _installed_step(parser):
     """The per-token step of the installed stream loop, and where it came from."""
-    for name in MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue
-        helper = getattr(module, HELPER, None)
-        if helper is not None:
-            return (lambda token: helper(parser, token)), "{}.{}".format(name, HELPER)
-    if importlib.util.find_spec("vllm.parser.harmony") is not None:
+    from importlib import metadata
+
+    version = tuple(int(part) for part in metadata.version("vllm").split(".")[:2])
+    name = MODULES[0] if version < (0, 24) else MODULES[1]
+    module = importlib.import_module(name)  # a missing dependency is reported as such by run.py
+    helper = getattr(module, HELPER, None)
+    if helper is not None:
+        return (lambda token: helper(parser, token)), "{}.{}".format(name, HELPER)
+    if version >= (0, 24):
         raise NoBuilder("vLLM 0.24+ streams through HarmonyParser.process_chunk, which needs a tokenizer to build; "
                         "use `gptoss-patch status` for its state")
     return parser.process, "the unguarded parser.process(token_id) of the installed stream generator"
