@@ -81,11 +81,7 @@ def vocab_dir(python: Path) -> Path:
 
 
 def site_packages(python: Path) -> Path:
-    venv = python.parent.parent
-    found = sorted(venv.glob("lib/python3.*/site-packages"))
-    if not found:
-        raise HarnessError(f"{venv} has no lib/python3.*/site-packages")
-    return found[0]
+    return upstream.site_packages(Path(python).parent.parent)
 
 
 def clone_venv(src_python: Path, dst_dir: Path) -> Path:

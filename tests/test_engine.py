@@ -234,24 +234,17 @@ def test_upstream_version_without_the_fix_shape_is_drift(tmp_path):
         pytest.param("0.17.2rc1", "is a pre-release", id="release-candidate"),
         pytest.param("0.17.1+cu128", "is a local build (+cu128)", id="local-build"),
         pytest.param("0.17.1.post1", "is not a release gptoss-patch was checked against", id="post-release"),
+        pytest.param("0.40.0", "is newer than every release", id="unknown-newer"),
     ],
 )
 def test_unverified_builds_need_explicit_permission_to_write(tmp_path, version, why):
     inst = fakesite.build(tmp_path / "venv", version=version)
+    marlin = Selection(only=("marlin_atomic_add_sm121",))  # the patch whose band covers every one of these
     assert states(engine.status(inst))["marlin_atomic_add_sm121"] == "pending"  # status still gives verdicts
     with pytest.raises(TargetError, match=re.escape(why)):
-        engine.apply(inst)
+        engine.apply(inst, marlin)
     assert pristine(inst) and not (inst.dist_info / "gptoss_patch").exists()
-    engine.apply(inst, allow_unknown_version=True)
-    assert states(engine.status(inst))["marlin_atomic_add_sm121"] == "applied"
-
-
-def test_unknown_newer_release_needs_explicit_permission_to_write(tmp_path):
-    inst = fakesite.build(tmp_path / "venv", version="0.40.0")
-    assert states(engine.status(inst))["marlin_atomic_add_sm121"] == "pending"
-    with pytest.raises(TargetError, match="newer than every release"):
-        engine.apply(inst, Selection(only=("marlin_atomic_add_sm121",)))
-    engine.apply(inst, Selection(only=("marlin_atomic_add_sm121",)), allow_unknown_version=True)
+    engine.apply(inst, marlin, allow_unknown_version=True)
     assert states(engine.status(inst))["marlin_atomic_add_sm121"] == "applied"
 
 

@@ -405,20 +405,16 @@ def recover(inst: Installation, *, locked: bool = False) -> tuple[str, ...]:
         if store.tidy():
             return ("removed the leftover ledger files of an interrupted gptoss-patch run; no vllm file needed to change",)
         return ()
-    if not isinstance(journal, dict) or not isinstance(journal.get("ledger"), dict):
-        raise store._corrupt("bad journal")
-    ledger = store.parse_journal_ledger(journal["ledger"])
-    writes = store.journal_writes(journal)
-    for write in writes:
+    for write in journal.writes:
         _roll_forward(inst, store, write)
-    store.save(ledger)
-    store.end(ledger)
+    store.save(journal.ledger)
+    store.end(journal.ledger)
     store.remove_strays()
-    return (f"completed an interrupted {journal.get('op')} of {len(writes)} file(s) (process {journal.get('pid')})",)
+    return (f"completed an interrupted {journal.op} of {len(journal.writes)} file(s) (process {journal.pid})",)
 
 
 def _roll_forward(inst: Installation, store: Store, write: Write) -> None:
-    path = inst.site_packages / store._checked_path(write.path)
+    path = inst.site_packages / write.path  # journal rows were checked when read; roll-back rows are ours
     current = sha256(path.read_bytes()) if path.exists() else None
     if current == write.after:
         remove_stale_bytecode(path)  # a kill may have come between the rename and this

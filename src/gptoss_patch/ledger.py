@@ -63,6 +63,16 @@ class Write:
     mode: int
 
 
+@dataclass(frozen=True)
+class Journal:
+    """An apply, revert or roll-back that was under way: its rows and the ledger it ends with."""
+
+    op: str
+    pid: Any
+    writes: list[Write]
+    ledger: Ledger
+
+
 class Store:
     """The ledger directory of one vLLM installation."""
 
@@ -129,14 +139,20 @@ class Store:
             raise self._corrupt(f"object {digest[:12]} does not match its hash")
         return data
 
-    def journal(self) -> dict[str, Any] | None:
+    def journal(self) -> Journal | None:
+        """The interrupted transaction, checked like the ledger (None when there is none)."""
         path = self.dir / "journal.json"
-        return self._read_json(path) if path.exists() else None
+        if not path.exists():
+            return None
+        raw = self._read_json(path)
+        if not isinstance(raw, dict) or not isinstance(raw.get("ledger"), dict):
+            raise self._corrupt("bad journal")
+        return Journal(str(raw.get("op")), raw.get("pid"), self._journal_writes(raw), self._parse_ledger(raw["ledger"]))
 
     def has_journal(self) -> bool:
         return (self.dir / "journal.json").exists()
 
-    def journal_writes(self, journal: Any) -> list[Write]:
+    def _journal_writes(self, journal: dict[str, Any]) -> list[Write]:
         """The journal's rows, checked like the ledger: paths inside the package, real hashes, a mode."""
         try:
             rows = journal["writes"]
@@ -218,9 +234,6 @@ class Store:
         (self.dir / "journal.json").unlink(missing_ok=True)
         faults.reached("journal-cleared")
         self.collect_garbage(ledger)
-
-    def parse_journal_ledger(self, raw: Any) -> Ledger:
-        return self._parse_ledger(raw)
 
     def collect_garbage(self, ledger: Ledger | None = None) -> None:
         """Drop objects no ledger entry needs; remove the whole directory once the ledger is empty."""
