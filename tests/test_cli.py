@@ -35,7 +35,7 @@ def test_status_json_has_the_documented_shape_and_exit_1_when_pending(venv):
     result = run("status", "--venv", path, "--json")
     assert result.exit_code == 1
     payload = json.loads(result.stdout)
-    assert payload["vllm"] == {"version": "0.17.1", "location": str(inst.site_packages), "python": inst.python}
+    assert payload["vllm"] == {"version": "0.17.1", "distribution": "vllm", "location": str(inst.site_packages), "python": inst.python}
     assert {p["id"]: p["state"] for p in payload["patches"]} == fakesite.STOCK_STATES
     assert set(payload["patches"][0]) >= {"id", "state", "file", "reason"}
     assert result.stderr.splitlines() == [detected_line(inst)]

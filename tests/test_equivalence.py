@@ -14,71 +14,8 @@ from typing import Any
 import pytest
 
 from tests import harness
+from tests.support.chat_cases import PIRATE, SETTINGS, TABLE
 
-PIRATE = "You are a pirate. Answer every question like one."
-WEATHER_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather for a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
-TOOL_CALL = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
-
-TABLE: dict[str, dict[str, Any]] = {
-    "no_system": {"messages": [{"role": "user", "content": "What is 2 + 2?"}]},
-    "system_user": {"messages": [{"role": "system", "content": PIRATE}, {"role": "user", "content": "hi"}]},
-    "developer_user": {"messages": [{"role": "developer", "content": "Answer in French."}, {"role": "user", "content": "hi"}]},
-    "system_tools": {
-        "messages": [{"role": "system", "content": PIRATE}, {"role": "user", "content": "Weather in Paris?"}],
-        "tools": [WEATHER_TOOL],
-    },
-    "tools_no_system": {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER_TOOL]},
-    "two_system": {
-        "messages": [
-            {"role": "system", "content": PIRATE},
-            {"role": "system", "content": "Keep answers under ten words."},
-            {"role": "user", "content": "hi"},
-        ]
-    },
-    "system_after_assistant": {
-        "messages": [
-            {"role": "user", "content": "hi"},
-            {"role": "assistant", "content": "Hello! How can I help?"},
-            {"role": "system", "content": "From now on, answer in French."},
-            {"role": "user", "content": "What is the capital of Italy?"},
-        ]
-    },
-    "developer_after_system": {
-        "messages": [
-            {"role": "system", "content": PIRATE},
-            {"role": "developer", "content": "Never mention treasure."},
-            {"role": "user", "content": "hi"},
-        ]
-    },
-    "content_parts": {
-        "messages": [
-            {"role": "system", "content": [{"type": "text", "text": "You are a pirate. "}, {"type": "text", "text": "Say arr."}]},
-            {"role": "user", "content": [{"type": "text", "text": "hi"}]},
-        ]
-    },
-    "empty_system": {"messages": [{"role": "system", "content": ""}, {"role": "user", "content": "hi"}]},
-    "reasoning_effort": {
-        "messages": [{"role": "system", "content": PIRATE}, {"role": "user", "content": "hi"}],
-        "reasoning_effort": "high",
-    },
-    "tool_round_trip": {
-        "messages": [
-            {"role": "system", "content": PIRATE},
-            {"role": "user", "content": "Weather in Paris?"},
-            {"role": "assistant", "content": None, "tool_calls": [TOOL_CALL]},
-            {"role": "tool", "tool_call_id": "call_1", "content": "Sunny, 21 C"},
-        ],
-        "tools": [WEATHER_TOOL],
-    },
-}
-SETTINGS = ("unset", "1")
 PATCHED_VERSIONS = ("0.17.1", "0.22.1")  # one per band of harmony_instructions
 
 

@@ -616,7 +616,8 @@ def test_second_vllm_first_on_sys_path_is_the_one_patched(venv, ref, other_insta
     env = {"PYTHONPATH": str(other_install)}
     site = site_packages(venv)
     look = gptoss(venv, "status", "--json", env=env)
-    assert json.loads(look.stdout)["vllm"] == {"version": OTHER_VERSION, "location": str(other_install), "python": str(venv / "bin" / "python")}
+    expected = {"version": OTHER_VERSION, "distribution": "vllm", "location": str(other_install), "python": str(venv / "bin" / "python")}
+    assert json.loads(look.stdout)["vllm"] == expected
     assert f"warning: another vllm is installed later on sys.path and is shadowed: {VERSION} at {site}" in look.stderr
     done = gptoss(venv, "apply", "--json", env=env)
     assert done.returncode == 0 and changed(done), describe(done)

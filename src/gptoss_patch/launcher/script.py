@@ -25,7 +25,7 @@ def render_script(plan: LaunchPlan) -> str:
         *_env_lines(plan),
         "",
         "args=(",
-        f"  serve {shlex.quote(plan.model)}",
+        f"  {shlex.join(plan.entry)}",
         *_flag_lines(plan),
         ")",
         f'exec {shlex.quote(str(plan.executable))} "${{args[@]}}"',

@@ -1,13 +1,22 @@
-"""The smoke canary: one chat completion at temperature 0 whose answer can be checked mechanically.
+"""The smoke canary: where the system prompt landed, then one chat completion whose answer can be checked mechanically.
 
-It catches, over HTTP, what no static check can: `content: null` (G08, G14), a kernel that loops or emits
-garbage (G14), and a system prompt the model never saw (G02). Stdlib only (urllib), like the rest of the tool.
+The rendering check needs no good model: it sends a system message carrying a unique marker with
+`return_token_ids`, decodes the prompt the server built (its /detokenize) and says where the marker
+landed: in the harmony instructions, or as a raw second system message (G02, harmony_instructions).
+It also reads the model's confidence in its first token: a trained gpt-oss is near certain of it,
+random or untrained weights spread it over the whole vocabulary.
+
+The content checks catch what no static check can: `content: null` (G08, G14), a kernel that loops or
+emits garbage (G14), and a system prompt the model ignored (G02). With weights that cannot pass them,
+they say so instead of blaming a patch. Stdlib only (urllib), like the rest of the tool.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
+import secrets
 import time
 import urllib.error
 import urllib.parse
@@ -22,6 +31,11 @@ SYSTEM_PROMPT = f"You are a terse assistant. End every reply with the code word 
 USER_PROMPT = "What is the capital of France? Answer in one short sentence."
 MAX_TOKENS = 512  # room for the analysis channel before the final answer (canary, known-issues doc)
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+RENDER_MARKER = "CANARY-"  # + random hex: unique per run, so it cannot come from a cached prompt
+START, MESSAGE, END = "<|start|>", "<|message|>", "<|end|>"
+# The first token's log-probability above which weights look trained. A trained gpt-oss is near certain
+# of `<|channel|>` (about 0); uniform over gpt-oss's 201,088 tokens is ln(1/201088), about -12.2.
+TRAINED_LOGPROB = -5.0
 
 
 def run_smoke(base_url: str, *, model: str | None = None, api_key: str | None = None, timeout: float = 300.0) -> SmokeReport:
@@ -30,13 +44,91 @@ def run_smoke(base_url: str, *, model: str | None = None, api_key: str | None = 
         model = model or first_model(base_url, api_key, timeout)
     except _Unreachable as exc:
         return SmokeReport(base_url, model or "?", (Check("http", Status.FAIL, str(exc), fix="is the server up? check the URL"),))
+    rendering, confidence = check_rendering(base_url, model, api_key, timeout)
     started = time.perf_counter()
     status, payload, error = _post_json(base_url + "/v1/chat/completions", _request_body(model), api_key, timeout)
     elapsed = time.perf_counter() - started
     if status != 200:
         detail = error or f"HTTP {status}"
-        return SmokeReport(base_url, model, (Check("http", Status.FAIL, detail, fix="read the server log for the request's error"),))
-    return evaluate(base_url, model, payload, elapsed)
+        return SmokeReport(base_url, model, (rendering, Check("http", Status.FAIL, detail, fix="read the server log for the request's error")))
+    report = evaluate(base_url, model, payload, elapsed)
+    checks = (rendering, *report.checks)
+    if confidence is not None and confidence < TRAINED_LOGPROB:
+        checks = (rendering, *_not_judged(report.checks, confidence))
+    return SmokeReport(base_url, model, checks, content=report.content, tokens_per_second=report.tokens_per_second)
+
+
+# -- rendering -----------------------------------------------------------------------------------
+
+
+def check_rendering(base_url: str, model: str, api_key: str | None, timeout: float) -> tuple[Check, float | None]:
+    """(where the marked system message landed, the model's log-probability of its first token or None)."""
+    marker = RENDER_MARKER + secrets.token_hex(4)
+    body = {
+        "model": model,
+        "messages": [{"role": "system", "content": f"Carry the code {marker}."}, {"role": "user", "content": "hi"}],
+        "max_tokens": 1, "temperature": 0, "return_token_ids": True, "logprobs": True, "top_logprobs": 1,
+    }
+    status, payload, error = _post_json(base_url + "/v1/chat/completions", body, api_key, timeout)
+    ids = (payload or {}).get("prompt_token_ids")
+    if status != 200 or not isinstance(ids, list):
+        why = error or (f"HTTP {status}" if status != 200 else "the answer has no prompt_token_ids (this vLLM cannot return them)")
+        return Check("rendering", Status.WARN, f"cannot read the rendered prompt: {why}"), None
+    status, decoded, error = _post_json(base_url + "/detokenize", {"model": model, "tokens": ids}, api_key, timeout)
+    text = (decoded or {}).get("prompt")
+    if status != 200 or not isinstance(text, str):
+        return Check("rendering", Status.WARN, f"cannot decode the rendered prompt: {error or f'HTTP {status}'}"), None
+    return rendering_verdict(locate_marker(text, marker), len(ids)), first_token_logprob(payload)
+
+
+def locate_marker(prompt: str, marker: str) -> str:
+    """Where `marker` sits in a decoded harmony prompt: system-instructions, developer-instructions,
+    second-system-message, another role's message, or missing."""
+    system_seen = False
+    for segment in prompt.split(START)[1:]:
+        header, _, rest = segment.partition(MESSAGE)
+        role = header.split("<|")[0].strip()
+        body = rest.split(END)[0]
+        first_system = role == "system" and not system_seen
+        system_seen = system_seen or role == "system"
+        if marker not in body:
+            continue
+        if role == "system":
+            return "system-instructions" if first_system else "second-system-message"
+        if role == "developer" and "# Instructions" in body:
+            return "developer-instructions"
+        return f"{role or 'unknown'}-message"
+    return "missing"
+
+
+def rendering_verdict(where: str, tokens: int) -> Check:
+    if where in ("system-instructions", "developer-instructions"):
+        place = "the system message's instructions" if where == "system-instructions" else "the developer message's instructions"
+        return Check("rendering", Status.PASS, f"the client's system message is in {place} ({tokens} prompt tokens)")
+    if where == "second-system-message":
+        message = "the client's system message is rendered as a raw second harmony system message"
+        return Check("rendering", Status.FAIL, message, fix="gptoss-patch apply --only harmony_instructions (G02)", issue="G02")
+    message = f"the client's system message is not where harmony puts instructions (found: {where})"
+    return Check("rendering", Status.FAIL, message, fix="gptoss-patch status: harmony_instructions must be applied (G02)", issue="G02")
+
+
+def first_token_logprob(payload: dict[str, Any]) -> float | None:
+    choice = (payload.get("choices") or [{}])[0]
+    content = ((choice.get("logprobs") or {}).get("content") or [])
+    value = content[0].get("logprob") if content and isinstance(content[0], dict) else None
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def _not_judged(checks: tuple[Check, ...], logprob: float) -> list[Check]:
+    """Content checks say nothing about patches when the weights are random: report them as such."""
+    why = (f"not judged: the model's first token had log-probability {logprob:.1f} (a trained gpt-oss is near 0, "
+           f"uniform over the vocabulary is {math.log(1 / 201088):.1f}): random or untrained weights, not a patch problem")
+    out = []
+    for check in checks:
+        if check.status is Status.FAIL and check.name in ("content", "finish_reason", "repetition", "instruction"):
+            check = Check(check.name, Status.WARN, f"{check.message}; {why}")
+        out.append(check)
+    return out
 
 
 def _request_body(model: str) -> dict[str, Any]:

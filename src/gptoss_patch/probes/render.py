@@ -12,7 +12,7 @@ import sys
 import time
 
 from _builder import Builder
-from _common import EnvVar, emit, exception_line
+from _common import EnvVar, emit, exception_line, vllm_version
 
 FLAG = "VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS"
 
@@ -26,9 +26,7 @@ def main():
             results[setting] = {name: render(builder, case) for name, case in table["cases"].items()}
             if table.get("repeat"):
                 seconds[setting] = {name: timed(builder, case, table["repeat"]) for name, case in table["cases"].items()}
-    from importlib import metadata
-
-    emit({"vllm": metadata.version("vllm"), "where": builder.where, "results": results, "seconds": seconds})
+    emit({"vllm": vllm_version(), "where": builder.where, "results": results, "seconds": seconds})
 
 
 def render(builder, case):

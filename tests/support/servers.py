@@ -1,0 +1,183 @@
+"""Real vLLM servers for the end-to-end tests, started the way users start them: `gptoss-patch serve`.
+
+`running(python, model, ...)` is a context manager: it starts `gptoss-patch serve MODEL --gpu cpu` for
+the venv of `python` on 127.0.0.1 and a free port, in eager mode with small limits, waits (bounded) for
+/health, yields a `Server`, and always stops the whole process group, also when the test fails. A
+server that exits or does not come up in time fails the test with the last lines of its log; the log
+file is kept under the test's tmp_path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+READY_TIMEOUT = 300.0  # seconds; 0.17.1 is ready in ~20 s eager, 0.22/0.23 in 45-75 s on 2 cores
+STOP_GRACE = 30.0  # vLLM stops its engine core on SIGTERM; SIGKILL the group after this
+REQUEST_TIMEOUT = 120.0
+TAIL = 25
+# Small limits for a 2-core machine: eager (no torch.compile), short context, a 1 GiB KV cache.
+SERVE_ARGS = ("--enforce-eager", "--max-model-len", "2048", "--dtype", "bfloat16", "--max-num-seqs", "8")
+# VLLM_HOST_IP: vLLM binds its internal (gloo) rendezvous to the host address otherwise; loopback only.
+SERVER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_SYSTEM_START_DATE": "2026-01-01", "VLLM_HOST_IP": "127.0.0.1"}
+
+
+class ServerFailed(AssertionError):
+    """The server did not come up (or died): carries its last log lines."""
+
+
+@dataclass
+class Server:
+    url: str
+    model: str
+    log: Path
+    process: subprocess.Popen[bytes]
+
+    def chat(self, body: Mapping[str, Any], *, stream: bool = False) -> dict[str, Any]:
+        """POST /v1/chat/completions (model filled in); the JSON answer, or {"status": N, "error": ...}."""
+        payload = {"model": self.model, **body}
+        return post(f"{self.url}/v1/chat/completions", payload)
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def tail(self, lines: int = TAIL) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def serve_command(python: Path, model: Path, port: int, *extra: str, launcher_args: tuple[str, ...] = ()) -> list[str]:
+    return [sys.executable, "-m", "gptoss_patch", "serve", str(model), "--gpu", "cpu", "--python", str(python),
+            "--host", "127.0.0.1", "--port", str(port), *launcher_args, "--", *SERVE_ARGS, *extra]
+
+
+def server_env(python: Path, state_dir: Path, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The test's environment: no VLLM_*/TIKTOKEN_* of the caller, the venv's own vocabulary, our limits."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "TIKTOKEN_", "GPTOSS_PATCH_HOOK"))}
+    vocab = str(Path(python).parent.parent / "tiktoken")
+    return {**base, **SERVER_ENV, "TIKTOKEN_ENCODINGS_BASE": vocab, "TIKTOKEN_RS_CACHE_DIR": vocab,
+            "XDG_STATE_HOME": str(state_dir), **(env or {})}
+
+
+@contextmanager
+def running(python: Path, model: Path, log_dir: Path, *extra: str, env: Mapping[str, str] | None = None,
+            launcher_args: tuple[str, ...] = (), ready_timeout: float = READY_TIMEOUT) -> Iterator[Server]:
+    """A ready server; stopped (process group, bounded) on every exit path."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    log = log_dir / f"serve-{port}.log"
+    command = serve_command(python, model, port, *extra, launcher_args=launcher_args)
+    with log.open("wb") as sink:
+        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   env=server_env(python, log_dir / "state", env), start_new_session=True)
+    server = Server(f"http://127.0.0.1:{port}", str(model), log, process)
+    try:
+        wait_ready(server, ready_timeout)
+        yield server
+    finally:
+        stop(process)
+
+
+def start_and_wait_exit(python: Path, model: Path, log_dir: Path, *extra: str, env: Mapping[str, str] | None = None,
+                        launcher_args: tuple[str, ...] = (), timeout: float = READY_TIMEOUT) -> tuple[int, str]:
+    """Run a server that is expected NOT to come up; returns (exit code, whole log). Bounded."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    log = log_dir / f"serve-{port}-fails.log"
+    command = serve_command(python, model, port, *extra, launcher_args=launcher_args)
+    with log.open("wb") as sink:
+        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   env=server_env(python, log_dir / "state", env), start_new_session=True)
+    try:
+        code = process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        code = None
+    finally:
+        stop(process)
+    text = log.read_text(errors="replace")
+    if code is None:
+        raise ServerFailed(f"expected the server to stop by itself within {timeout:.0f} s; log tail:\n" + "\n".join(text.splitlines()[-TAIL:]))
+    return code, text
+
+
+def wait_ready(server: Server, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise ServerFailed(f"gptoss-patch serve exited with {server.process.returncode} before /health "
+                               f"answered; log {server.log}:\n{server.tail()}")
+        if healthy(server.url):
+            return
+        time.sleep(0.5)
+    raise ServerFailed(f"/health did not answer within {timeout:.0f} s; log {server.log}:\n{server.tail()}")
+
+
+def wait_for_log(server: Server, text: str, timeout: float = 120.0) -> str:
+    """The log once it contains `text` (bounded; fails with the log's tail)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        log = server.log_text()
+        if text in log:
+            return log
+        if server.process.poll() is not None:
+            break
+        time.sleep(0.5)
+    raise ServerFailed(f"{text!r} did not appear in the log within {timeout:.0f} s; log {server.log}:\n{server.tail()}")
+
+
+def healthy(url: str) -> bool:
+    try:
+        with _opener().open(url + "/health", timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the launcher's process group (the launcher forwards it to vLLM's), then SIGKILL."""
+    if process.poll() is None:
+        _signal_group(process, signal.SIGTERM)
+        try:
+            process.wait(timeout=STOP_GRACE)
+        except subprocess.TimeoutExpired:
+            _signal_group(process, signal.SIGKILL)
+            process.wait(timeout=10)
+    _signal_group(process, signal.SIGKILL)  # anything of the group that outlived the launcher
+
+
+def _signal_group(process: subprocess.Popen[bytes], sig: int) -> None:
+    try:
+        os.killpg(process.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def post(url: str, body: Mapping[str, Any], timeout: float = REQUEST_TIMEOUT) -> dict[str, Any]:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with _opener().open(request, timeout=timeout) as response:
+            raw = response.read()
+    except urllib.error.HTTPError as exc:
+        return {"status": exc.code, "error": exc.read().decode("utf-8", "replace")[:500]}
+    return json.loads(raw) if not body.get("stream") else {"stream": raw.decode("utf-8", "replace")}
+
+
+def _opener() -> urllib.request.OpenerDirector:
+    return urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never a proxy for 127.0.0.1

@@ -1,0 +1,123 @@
+"""Private copies of cached venvs: hardlinked (about a second for gigabytes), then made usable at their new path.
+
+`cp -al` shares every file's inode with the cached original. That is safe only because gptoss-patch,
+pip and Python's bytecode writer replace files by rename (a new inode) and never write in place;
+test code must do the same (`replace_file`). A venv records its own path in `bin/activate*` and in the
+shebang of every console script (`bin/vllm`, `bin/pip`), so those few files are rewritten (by rename)
+to name the copy: otherwise `bin/vllm` would run the original venv, or a directory that is gone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+from tests.support import artefacts
+
+SHARE_MIN_BYTES = 1 << 20  # only files of 1 MiB and more are worth a hardlink
+RELOCATED = ("activate", "activate.csh", "activate.fish", "activate.nu", "Activate.ps1")
+SCRIPT_HEAD = 4096  # a shebang or an activate script names the venv near the top
+
+
+def clone_venv(src: Path, dst: Path) -> Path:
+    """A hardlinked copy of the venv `src` at `dst` (which must not exist); returns its python."""
+    src, dst = Path(src), Path(dst)
+    if dst.exists():
+        raise FileExistsError(f"clone target {dst} already exists")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["cp", "-al", str(src), str(dst)], check=True, timeout=600)
+    relocate(dst, old=src)
+    return dst / "bin" / "python"
+
+
+def relocate(venv: Path, old: Path) -> list[Path]:
+    """Point the scripts in `venv/bin` that name `old` at `venv` instead; returns the files rewritten."""
+    changed = []
+    for path in sorted((venv / "bin").iterdir()):
+        if path.is_symlink() or not path.is_file():
+            continue
+        text = _script_text(path)
+        if text is None or str(old) not in text:
+            continue
+        replace_file(path, text.replace(str(old), str(venv)).encode())
+        changed.append(path)
+    return changed
+
+
+def _script_text(path: Path) -> str | None:
+    """The file as text when it is a script (shebang or activate file); None for binaries."""
+    with path.open("rb") as handle:
+        head = handle.read(SCRIPT_HEAD)
+    if not (head.startswith(b"#!") or path.name in RELOCATED) or b"\0" in head:
+        return None
+    return path.read_text(encoding="utf-8", errors="surrogateescape")
+
+
+def replace_file(path: Path, data: bytes) -> None:
+    """Write `data` to `path` by rename, keeping its mode: never touches an inode a clone shares."""
+    temp = path.with_name(f".{path.name}.replacing")
+    temp.write_bytes(data)
+    shutil.copymode(path, temp)
+    os.replace(temp, path)
+
+
+# -- one copy on disk of what the cached venvs have in common -----------------------------------------
+
+
+def object_store() -> Path:
+    return artefacts.cache_root() / "venvs" / ".objects"
+
+
+def share_identical_files(venv: Path) -> int:
+    """Hardlink `venv`'s large files to identical ones of other cached venvs; returns the bytes saved.
+
+    The store (`venvs/.objects/<sha256>`) keeps one link per distinct large file, so the CPU torch of
+    every harness venv, the torch and nvidia libraries of the serving venvs, and a vLLM release's own
+    files in its --no-deps, harness and serving venvs each exist once on disk. Objects no venv links
+    any more are dropped.
+    """
+    store = object_store()
+    store.mkdir(parents=True, exist_ok=True)
+    with artefacts.locked(store.with_name(".objects.lock")):  # one writer: no object dropped while linked
+        return _share(venv, store)
+
+
+def _share(venv: Path, store: Path) -> int:
+    saved = 0
+    for path in _large_files(venv):
+        kept = store / _sha256(path)
+        if not kept.exists():
+            os.link(path, kept)
+        elif not os.path.samefile(kept, path):
+            temp = path.with_name(f".{path.name}.sharing")
+            os.link(kept, temp)
+            os.replace(temp, path)
+            saved += path.stat().st_size
+    _drop_unlinked(store)
+    return saved
+
+
+def _drop_unlinked(store: Path) -> None:
+    for kept in store.iterdir():
+        if kept.stat().st_nlink == 1:  # only the store holds it: every venv that had it is gone
+            kept.unlink(missing_ok=True)
+
+
+def _large_files(root: Path) -> Iterator[Path]:
+    for directory, _dirs, files in os.walk(root):
+        for name in files:
+            path = Path(directory, name)
+            if not path.is_symlink() and path.stat().st_size >= SHARE_MIN_BYTES:
+                yield path
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
