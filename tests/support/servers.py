@@ -117,7 +117,7 @@ def start_and_wait_exit(python: Path, model: Path, log_dir: Path, *extra: str, e
     return code, text
 
 
-def wait_ready(server: Server, timeout: float) -> None:
+def wait_ready(server: Server, timeout: float, interval: float = 0.5) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.process.poll() is not None:
@@ -125,7 +125,7 @@ def wait_ready(server: Server, timeout: float) -> None:
                                f"answered; log {server.log}:\n{server.tail()}")
         if healthy(server.url):
             return
-        time.sleep(0.5)
+        time.sleep(interval)
     raise ServerFailed(f"/health did not answer within {timeout:.0f} s; log {server.log}:\n{server.tail()}")
 
 
