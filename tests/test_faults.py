@@ -162,9 +162,55 @@ def run_all(tally: Tally, work: Path, phase: str, points: list[Point], case: Cal
     assert points and not failures, f"{len(failures)} of {len(points)} crash points not recovered:\n" + "\n".join(failures)
 
 
-def test_kill_at_every_step_of_apply(ref, work, tally):
+# The crash points of each phase, traced once per module: the phase tests kill at each of them, and
+# test_every_named_step_was_a_crash_point checks that together they cover every named step, whatever
+# order the tests run in.
+
+
+@pytest.fixture(scope="module")
+def apply_points(work: Path) -> list[Point]:
     probe = fresh_install(VERSION, work / "apply-trace")
-    points = traced(work, "apply", probe.parent.parent, "apply")
+    return traced(work, "apply", probe.parent.parent, "apply")
+
+
+@pytest.fixture(scope="module")
+def revert_points(ref: Reference, work: Path) -> list[Point]:
+    return traced(work, "revert", clone(work / "applied", work / "revert-trace"), "revert")
+
+
+@pytest.fixture(scope="module")
+def recovery_points(ref: Reference, work: Path) -> dict[str, list[Point]]:
+    """For an apply and a revert killed after their first file: the points of the `status` that completes them."""
+    found = {}
+    for interrupted in ("apply", "revert"):
+        template = work / f"interrupted-{interrupted}"
+        if interrupted == "apply":
+            fresh_install(VERSION, template)
+        else:
+            clone(work / "applied", template)
+        first = gptoss(template, interrupted, at=("after-file:1",))
+        assert first.returncode == KILLED and (ledger_dir(template) / "journal.json").exists()
+        found[interrupted] = traced(work, f"recover-{interrupted}", clone(template, work / f"recover-{interrupted}-trace"),
+                                    "status", rc=1 if interrupted == "revert" else 0)
+    return found
+
+
+@pytest.fixture(scope="module")
+def rollback_points(ref: Reference, work: Path) -> list[Point]:
+    """The last file's write fails (EROFS); the points of apply putting the others back."""
+    probe = fresh_install(VERSION, work / "rollback-trace").parent.parent
+    trace = work / "rollback.trace"
+    last = Path(ref.targets[-1]).name
+    refused = gptoss(probe, "apply", at=(f"before-rename@/{last}:1:erofs",), trace=trace)
+    assert refused.returncode == 7 and "read-only filesystem; nothing was changed" in refused.stderr, describe(refused)
+    assert_pristine(probe, ref)
+    points = read_trace(trace)
+    fired = next(i for i, p in enumerate(points) if p.step == "before-rename" and p.path.endswith(f"/{last}"))
+    return points[fired + 1 :]
+
+
+def test_kill_at_every_step_of_apply(ref, work, tally, apply_points):
+    points = apply_points
     assert {"before-file", "file-replaced", "after-file"} <= {p.step for p in points}
     assert sum(p.step == "before-file" for p in points) == len(ref.targets)  # one per file: each is killed at
 
@@ -175,8 +221,8 @@ def test_kill_at_every_step_of_apply(ref, work, tally):
     run_all(tally, work, "apply", points, case)
 
 
-def test_kill_at_every_step_of_revert(ref, work, tally):
-    points = traced(work, "revert", clone(work / "applied", work / "revert-trace"), "revert")
+def test_kill_at_every_step_of_revert(ref, work, tally, revert_points):
+    points = revert_points
     assert {"ledger-removed", "contents-removed", "record-unregistered"} <= {p.step for p in points}
 
     def case(point: Point, venv: Path) -> None:
@@ -187,16 +233,10 @@ def test_kill_at_every_step_of_revert(ref, work, tally):
 
 
 @pytest.mark.parametrize("interrupted", ["apply", "revert"])
-def test_kill_again_while_the_next_command_recovers(ref, work, tally, interrupted):
+def test_kill_again_while_the_next_command_recovers(ref, work, tally, recovery_points, interrupted):
     """A second kill, in the `status` that is completing an apply/revert killed after its first file."""
     template = work / f"interrupted-{interrupted}"
-    if interrupted == "apply":
-        fresh_install(VERSION, template)
-    else:
-        clone(work / "applied", template)
-    first = gptoss(template, interrupted, at=("after-file:1",))
-    assert first.returncode == KILLED and (ledger_dir(template) / "journal.json").exists()
-    points = traced(work, f"recover-{interrupted}", clone(template, work / f"recover-{interrupted}-trace"), "status", rc=1 if interrupted == "revert" else 0)
+    points = recovery_points[interrupted]
     assert "before-file" in {p.step for p in points}
 
     def case(point: Point, venv: Path) -> None:
@@ -206,17 +246,10 @@ def test_kill_again_while_the_next_command_recovers(ref, work, tally, interrupte
     run_all(tally, work, f"recovery-of-{interrupted}", points, case)
 
 
-def test_kill_during_the_roll_back_of_a_refused_write(ref, work, tally):
+def test_kill_during_the_roll_back_of_a_refused_write(ref, work, tally, rollback_points):
     """The last file's write fails (EROFS); apply puts the others back; a kill at each step of that."""
-    probe = fresh_install(VERSION, work / "rollback-trace").parent.parent
-    trace = work / "rollback.trace"
     last = Path(ref.targets[-1]).name
-    refused = gptoss(probe, "apply", at=(f"before-rename@/{last}:1:erofs",), trace=trace)
-    assert refused.returncode == 7 and "read-only filesystem; nothing was changed" in refused.stderr, describe(refused)
-    assert_pristine(probe, ref)
-    points = read_trace(trace)
-    fired = next(i for i, p in enumerate(points) if p.step == "before-rename" and p.path.endswith(f"/{last}"))
-    undo = points[fired + 1 :]
+    undo = rollback_points
     assert "file-replaced" in {p.step for p in undo}  # the first file really was put back
 
     def case(point: Point, venv: Path) -> None:
@@ -226,8 +259,7 @@ def test_kill_during_the_roll_back_of_a_refused_write(ref, work, tally):
     run_all(tally, work, "roll-back", undo, case)
 
 
-def test_every_named_step_was_a_crash_point(tally):
-    """Runs last in this module: no step of faults.STEPS went untested."""
-    if tally.injected == 0:
-        pytest.fail("no crash point ran in this session: run the whole module (tests/test_faults.py)", pytrace=False)
-    assert set(faults.STEPS) - tally.steps == set()
+def test_every_named_step_was_a_crash_point(apply_points, revert_points, recovery_points, rollback_points):
+    """The phases above kill at every point of these traces: together they reach every step of faults.STEPS."""
+    traces = [apply_points, revert_points, *recovery_points.values(), rollback_points]
+    assert set(faults.STEPS) - {p.step for points in traces for p in points} == set()

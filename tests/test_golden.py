@@ -18,7 +18,7 @@ from gptoss_patch.registry import all_specs
 from gptoss_patch.spec import PatchSpec, Selection
 from gptoss_patch.target import Installation
 from gptoss_patch.versions import KNOWN_RELEASES, in_range
-from tests.upstream import wheel_path
+from tests.upstream import sources_path
 
 pytestmark = pytest.mark.upstream
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,7 +46,7 @@ def extracted(version: Version, tmp_path: Path) -> Installation:
     """A site-packages tree holding only the files the patches read, taken from the wheel."""
     site = tmp_path / "site-packages"
     wanted = {f"vllm/{b.target}" for s in all_specs() for b in s.bands} | set(CONTEXT_FILES)
-    with zipfile.ZipFile(wheel_path(str(version))) as zf:
+    with zipfile.ZipFile(sources_path(str(version))) as zf:
         names = set(zf.namelist())
         dist_info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/RECORD"))
         for rel in [*sorted(wanted & names), f"{dist_info}/RECORD"]:

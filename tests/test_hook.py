@@ -149,6 +149,7 @@ def tree(venv: Path) -> set[tuple[str, int]]:
 
 def test_uninstall_leaves_no_trace_and_vllm_loads_without_it(venv, driver, ids):
     cli(venv, "hook", "uninstall")
+    pristine(venv)  # the module's venv is shared: other tests may have left it patched
     warm = driver.load()  # vLLM's own first-load bytecode is written before the snapshot
     assert warm["outcome"] == "ok" and warm["logs"] == []
     before = tree(venv)

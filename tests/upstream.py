@@ -42,6 +42,11 @@ TARGETS = (  # files whose pristine state every clone must start from
 )
 
 
+def sources_path(version: str, distribution: str = "vllm") -> Path:
+    """The release's files without its compiled extensions (artefacts.sources): for tests that only read files."""
+    return artefacts.sources(f"{distribution}=={version}")
+
+
 def wheel_path(version: str, distribution: str = "vllm") -> Path:
     """The `distribution==version` wheel, stock vllm by default (downloaded into the cache on a miss)."""
     return artefacts.wheel(f"{distribution}=={version}")
@@ -59,7 +64,7 @@ def _b64_to_hex(digest: str) -> str:
 
 
 def read_from_wheel(version: str, relpath: str) -> bytes:
-    wheel = wheel_path(version)
+    wheel = sources_path(version)
     with zipfile.ZipFile(wheel) as zf:
         data = zf.read(relpath)
     assert hashlib.sha256(data).hexdigest() == record_hashes(wheel)[relpath], f"{relpath} does not match RECORD"
@@ -100,7 +105,7 @@ def _build_base(base: Path, version: str, distribution: str) -> None:
 def _pristine(base: Path, version: str, distribution: str = "vllm") -> bool:
     """The cached base still holds the wheel's bytes (a test that wrote in place would break this)."""
     site = site_packages(base)
-    expected = record_hashes(wheel_path(version, distribution))
+    expected = record_hashes(sources_path(version, distribution))
     for rel in TARGETS:
         path = site / rel
         if rel in expected and (not path.exists() or hashlib.sha256(path.read_bytes()).hexdigest() != expected[rel]):

@@ -24,7 +24,7 @@ from tests.support import artefacts
 
 def wheel_files(version: str, relpaths: tuple[str, ...]) -> dict[str, bytes]:
     """`vllm/<relpath>` -> bytes for each relpath the wheel has (the frontend file moved between versions)."""
-    with zipfile.ZipFile(upstream.wheel_path(version)) as wheel:
+    with zipfile.ZipFile(upstream.sources_path(version)) as wheel:
         present = set(wheel.namelist())
     return {f"vllm/{rel}": upstream.read_from_wheel(version, f"vllm/{rel}") for rel in relpaths if f"vllm/{rel}" in present}
 

@@ -14,9 +14,9 @@ def wheel_source(version: str, relpath: str) -> str | None:
     """One file of the real vllm==version wheel (checked against its RECORD), or None if the wheel lacks it."""
     import zipfile
 
-    from tests.upstream import read_from_wheel, wheel_path
+    from tests.upstream import read_from_wheel, sources_path
 
-    with zipfile.ZipFile(wheel_path(version)) as wheel:
+    with zipfile.ZipFile(sources_path(version)) as wheel:
         if relpath not in wheel.namelist():
             return None
     return read_from_wheel(version, relpath).decode()

@@ -18,6 +18,8 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
+import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -51,6 +53,43 @@ def wheel(requirement: str) -> Path:
         if not found:
             found = _download(cache, requirement, name, version)
     return found
+
+
+def sources(requirement: str) -> Path:
+    """A slim copy of the `name==version` wheel: every member but compiled extensions, RECORD included.
+
+    Enough to read any source file of a release and check it against RECORD, at about a twentieth of
+    the size (a vLLM wheel is mostly its CUDA `.so` files). Tests that only read files use this, so a cold
+    run keeps full wheels only for the releases it installs. Built from the cached wheel if there is one,
+    else from a download into a temporary directory that is removed afterwards.
+    """
+    name, version = _split(requirement)
+    slim = wheel_cache() / "sources" / f"{_file_stem(name)}-{version}.zip"
+    if slim.exists():
+        return slim
+    slim.parent.mkdir(parents=True, exist_ok=True)
+    with locked(slim.with_name(f".{slim.name}.lock")):
+        if not slim.exists():
+            cached = _cached(wheel_cache(), name, version)
+            if cached is not None:
+                _write_slim(cached, slim)
+            else:
+                with tempfile.TemporaryDirectory(prefix=".download-", dir=slim.parent) as scratch:
+                    _write_slim(_download(Path(scratch), requirement, name, version), slim)
+    return slim
+
+
+def _write_slim(wheel_file: Path, slim: Path) -> None:
+    temp = slim.with_name(f".{slim.name}.partial")
+    with zipfile.ZipFile(wheel_file) as full, zipfile.ZipFile(temp, "w", zipfile.ZIP_DEFLATED) as out:
+        for member in full.infolist():
+            if not _is_extension(member.filename):
+                out.writestr(member, full.read(member))
+    os.replace(temp, slim)  # complete or absent: a reader never sees half an archive
+
+
+def _is_extension(member: str) -> bool:
+    return member.endswith(".so") or ".so." in member.rpartition("/")[2]
 
 
 def fetch_command(requirement: str) -> str:
