@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -75,8 +76,9 @@ def test_a_fixture_that_cannot_download_fails_its_test_in_one_line(offline: Path
         def test_uses_it(wheel):
             assert wheel.exists()
     """))
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}  # CI's --order needs our conftest
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.support.failures", "--rootdir", str(ROOT), "-c",
-                           str(ROOT / "pyproject.toml"), str(suite)], capture_output=True, text=True, cwd=ROOT, timeout=120)
+                           str(ROOT / "pyproject.toml"), str(suite)], capture_output=True, text=True, cwd=ROOT, timeout=120, env=env)
 
     assert proc.returncode == 1, proc.stdout
     assert "1 error" in proc.stdout
