@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # for tests.upstream (the cached real-wheel venvs)
+sys.path.insert(0, str(ROOT))  # for tests.support.upstream (the cached real-wheel venvs)
 TOOL = [sys.executable, "-m", "gptoss_patch"]
 
 

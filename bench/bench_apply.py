@@ -11,11 +11,11 @@ import tempfile
 from pathlib import Path
 
 from _common import TOOL, side_by_side, verdict
-
-from gptoss_patch.registry import all_specs
-from gptoss_patch.engine import target_of
 from packaging.version import Version
-from tests.upstream import fresh_install, site_packages
+
+from gptoss_patch.engine import target_of
+from gptoss_patch.registry import all_specs
+from tests.support.upstream import fresh_install, site_packages
 
 VERSION = "0.17.1"
 FLOOR = "import libcst, sys\nfor f in sys.argv[1:]:\n    libcst.parse_module(open(f, encoding='utf-8').read()).code\n"

@@ -4,8 +4,8 @@ Target (issue 4): doctor <= 0.1 x `vllm serve --help`.
 
     .venv/bin/python bench/bench_doctor.py [--venv ~/.cache/gptoss-patch/venvs/cpu-vllm-0.17.1] [--runs 3]
 
-The environment is the CPU harness of cpu-harness.md (built by tests/harness.py). `vllm serve --help` fails on
-a machine without a GPU unless the CPU platform is forced first (cpu-harness.md §5), so it runs through a
+The environment is the CPU harness of docs/development.md (built by tests/support/harness.py). `vllm serve --help` fails on
+a machine without a GPU unless the CPU platform is forced first (known issue G25), so it runs through a
 small wrapper written here. doctor is timed cold (its static-read cache emptied) and warm. Side by side,
 alternating, in one run; medians reported.
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 
 DEFAULT_VENV = Path.home() / ".cache" / "gptoss-patch" / "venvs" / "cpu-vllm-0.17.1"
 TARGET_RATIO = 0.1
-# Force the CPU platform before vLLM's CLI imports, as cpu-harness.md §5 describes; then run `vllm`.
+# Force the CPU platform before vLLM's CLI imports, as docs/development.md ("The CPU harness") describes; then run `vllm`.
 CPU_CLI = """\
 import sys
 import vllm.platforms
@@ -42,7 +42,7 @@ def main() -> int:
     args = parser.parse_args()
     python = args.venv / "bin" / "python"
     if not python.exists():
-        print(f"missing: the CPU harness venv {args.venv} (build it with the harness tests: tests/harness.py, cpu_venv('0.17.1'))")
+        print(f"missing: the CPU harness venv {args.venv} (build it with the harness tests: tests/support/harness.py, cpu_venv('0.17.1'))")
         return 2
     with tempfile.TemporaryDirectory(prefix="bench-doctor-") as scratch:
         return _compare(python, Path(scratch), args.runs)

@@ -24,9 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gptoss_patch.behaviour import START_DATE  # noqa: E402 - after the path tweak
-from gptoss_patch.probes import MARKER, PROBES_DIR  # noqa: E402
-from tests import harness  # noqa: E402
+from gptoss_patch.verify.behaviour import START_DATE  # noqa: E402 - after the path tweak
+from gptoss_patch.verify.probes import MARKER, PROBES_DIR  # noqa: E402
+from tests.support import harness  # noqa: E402
 from tests.support.chat_cases import SETTINGS, TABLE  # noqa: E402
 
 TARGET = 1.05

@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests import harness  # noqa: E402 - after the path set-up above
+from tests.support import harness  # noqa: E402 - after the path set-up above
 
 VERSION = "0.17.1"
 ABSOLUTE_MS = 20.0

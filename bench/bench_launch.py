@@ -4,7 +4,7 @@ Target (issue 4): the launcher adds at most 0.3 s before `vllm serve` starts.
 
     .venv/bin/python bench/bench_launch.py [--runs 9]
 
-Both sides start the same fake `vllm` (tests/fakes/fake_vllm.py) as the entry point of a venv holding the
+Both sides start the same fake `vllm` (tests/support/fakes/fake_vllm.py) as the entry point of a venv holding the
 real vLLM 0.17.1 wheel (--no-deps, patched, vocabulary installed; tests/launcher/installs.py). The fake
 writes time.time() as its first act and exits at once; time-to-exec = that stamp - spawn time. The runs
 alternate; the machine's load is printed, since on 2 busy cores every figure inflates.

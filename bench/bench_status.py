@@ -9,7 +9,7 @@ from pathlib import Path
 
 from _common import TOOL, side_by_side, verdict
 
-from tests.upstream import fresh_install
+from tests.support.upstream import fresh_install
 
 VERSION = "0.17.1"
 

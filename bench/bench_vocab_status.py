@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests import harness  # noqa: E402 - after the path tweak
+from tests.support import harness  # noqa: E402 - after the path tweak
 
 TARGET = 0.5
 

@@ -1,7 +1,7 @@
 """Compatibility matrix: every vLLM release from 0.15.1 to the newest on PyPI x every patch.
 
 For each release: download the wheel (cached), install it --no-deps into a scratch venv, then run the
-round trip of tests/roundtrip.py (state before apply, apply, verify, second apply, revert checked
+round trip of tests/support/roundtrip.py (state before apply, apply, verify, second apply, revert checked
 against RECORD). Behavioural checks run in the test suite (tests/test_coverage.py) on the CPU harness.
 Writes docs/compatibility.md. Rows are cached by (release, hash of the tool's source): re-running
 when nothing changed reuses them. A release that cannot be handled is a row that says why.
@@ -29,8 +29,8 @@ from packaging.version import InvalidVersion, Version  # noqa: E402
 
 from gptoss_patch import target  # noqa: E402
 from gptoss_patch.registry import all_specs  # noqa: E402
-from tests.roundtrip import Outcome, roundtrip  # noqa: E402
-from tests.upstream import CACHE, WHEELS  # noqa: E402
+from tests.support.roundtrip import Outcome, roundtrip  # noqa: E402
+from tests.support.upstream import CACHE, WHEELS  # noqa: E402
 
 FIRST = Version("0.15.1")
 OUTPUT = ROOT / "docs" / "compatibility.md"
@@ -56,7 +56,7 @@ def releases() -> list[str]:
 
 def source_hash() -> str:
     digest = hashlib.sha256()
-    for path in sorted((ROOT / "src").rglob("*.py")) + [ROOT / "tests" / "roundtrip.py"]:
+    for path in sorted((ROOT / "src").rglob("*.py")) + [ROOT / "tests" / "support" / "roundtrip.py"]:
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 

@@ -1,4 +1,4 @@
-"""Write src/gptoss_patch/data/release_files.json: the evidence releases.py recognises builds by.
+"""Write src/gptoss_patch/data/release_files.json: the evidence engine/releases.py recognises builds by.
 
 For every release in versions.KNOWN_RELEASES, the sha256 of each file a patch band targets at that
 release (`vllm/` + band.target, from the registry), read from the RECORD of the stock wheel: facts
@@ -22,11 +22,11 @@ sys.path.insert(0, str(ROOT))
 
 from packaging.version import Version  # noqa: E402
 
-from gptoss_patch import releases  # noqa: E402
+from gptoss_patch.engine import releases  # noqa: E402
 from gptoss_patch.registry import all_specs  # noqa: E402
 from gptoss_patch.versions import KNOWN_RELEASES  # noqa: E402
 from tests.support import artefacts  # noqa: E402
-from tests.upstream import record_hashes  # noqa: E402
+from tests.support.upstream import record_hashes  # noqa: E402
 
 NOTE = (
     "sha256 of every file a gptoss-patch patch band targets, per vLLM release, from the RECORD of the stock "

@@ -9,7 +9,7 @@ import pytest
 
 from tests.support import artefacts
 
-pytest.register_assert_rewrite("tests.tools")
+pytest.register_assert_rewrite("tests.support.tools")
 pytest_plugins = ["tests.support.failures"]
 
 ORDERS = ("collected", "reverse", "random")

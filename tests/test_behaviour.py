@@ -1,4 +1,4 @@
-"""Behaviour probes against real vLLM in CPU harness venvs (tests/harness.py): stock, patched, broken.
+"""Behaviour probes against real vLLM in CPU harness venvs (tests/support/harness.py): stock, patched, broken.
 
 Each `behaviour.run` starts one target process that imports vLLM (about 8 s), so each test makes one call.
 """
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gptoss_patch import behaviour
-from tests import harness
+from gptoss_patch.verify import behaviour
+from tests.support import harness
 
 BOTH = ["harmony_instructions", "marlin_atomic_add_sm121"]
 FLAG = "VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS"

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gptoss_patch.cli import app
-from tests import fakesite
+from tests.support import fakesite
 
 runner = CliRunner()
 

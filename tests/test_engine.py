@@ -11,13 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from gptoss_patch import engine, faults
+from gptoss_patch import engine
+from gptoss_patch.engine import faults
+from gptoss_patch.engine.ledger import Store
+from gptoss_patch.engine.record import read_hashes
 from gptoss_patch.errors import Conflict, PatchFailed, TargetError, WriteFailed
-from gptoss_patch.ledger import Store
-from gptoss_patch.record import read_hashes
+from gptoss_patch.fsutil import sha256
 from gptoss_patch.spec import Selection, State
-from tests import fakesite
-from tests.fakesite import MARLIN_REL, SERVING_REL
+from tests.support import fakesite
+from tests.support.fakesite import MARLIN_REL, SERVING_REL
 
 
 @pytest.fixture
@@ -31,7 +33,7 @@ def states(report) -> dict[str, str]:
 
 def pristine(inst) -> bool:
     hashes = read_hashes(inst.record)
-    return all(engine.sha256((inst.site_packages / rel).read_bytes()) == h for rel, h in hashes.items())
+    return all(sha256((inst.site_packages / rel).read_bytes()) == h for rel, h in hashes.items())
 
 
 def test_stock_shapes_are_pending_and_the_missing_import_is_not_needed(inst):
@@ -263,7 +265,7 @@ def test_verify_reports_a_patched_file_that_lost_its_shape(inst):
     target.write_bytes(target.read_bytes().replace(b"_gptoss_patch_harmony_messages(\n", b"other(\n"))
     entry = ledger.files[SERVING_REL]
     with store.locked():
-        store.save(replace(ledger, files={**ledger.files, SERVING_REL: replace(entry, patched=engine.sha256(target.read_bytes()))}))
+        store.save(replace(ledger, files={**ledger.files, SERVING_REL: replace(entry, patched=sha256(target.read_bytes()))}))
     harmony = next(r for r in engine.verify(inst).results if r.id == "harmony_instructions")
     assert harmony.error == "the patched shape is not in the file"
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests import harness
+from tests.support import harness
 from tests.support.chat_cases import PIRATE, SETTINGS, TABLE
 
 PATCHED_VERSIONS = ("0.17.1", "0.22.1")  # one per band of harmony_instructions

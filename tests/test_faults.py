@@ -1,7 +1,7 @@
 """Fault injection: SIGKILL at every reachable named step of apply and revert, on the real vllm 0.17.1.
 
-For every crash point the real CLI runs under tests/crash_runner.py, which SIGKILLs its own process
-at the Nth time a step of `gptoss_patch.faults.STEPS` is reached (one crash point per occurrence:
+For every crash point the real CLI runs under tests/support/crash_runner.py, which SIGKILLs its own process
+at the Nth time a step of `gptoss_patch.engine.faults.STEPS` is reached (one crash point per occurrence:
 `before-file` is reached once per file, and each one is tried). Then, on that same installation:
   1. `status` exits 0/1 with every target exactly the RECORD original or exactly the patched bytes,
      all files in the same state (no half-applied set), its --json states agreeing with the bytes,
@@ -27,12 +27,22 @@ from pathlib import Path
 
 import pytest
 
-from gptoss_patch import faults
-from tests.safety import (
-    KILLED, VERSION, Reference, assert_patched, assert_pristine, contents, describe, gptoss, ledger_dir,
-    notices, print_line, states,
+from gptoss_patch.engine import faults
+from tests.support.safety import (
+    KILLED,
+    VERSION,
+    Reference,
+    assert_patched,
+    assert_pristine,
+    contents,
+    describe,
+    gptoss,
+    ledger_dir,
+    notices,
+    print_line,
+    states,
 )
-from tests.upstream import fresh_install
+from tests.support.upstream import fresh_install
 
 pytestmark = pytest.mark.upstream
 WORKERS = 4  # subprocess-bound: four crash points at a time on two cores

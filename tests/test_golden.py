@@ -18,15 +18,10 @@ from gptoss_patch.registry import all_specs
 from gptoss_patch.spec import PatchSpec, Selection
 from gptoss_patch.target import Installation
 from gptoss_patch.versions import KNOWN_RELEASES, in_range
-from tests.upstream import sources_path
+from tests.support.upstream import sources_path
 
 pytestmark = pytest.mark.upstream
 ROOT = Path(__file__).resolve().parent.parent
-CONTEXT_FILES = (  # files detectors read besides the targets
-    "vllm/entrypoints/openai/parser/harmony_utils.py",
-    "vllm/model_executor/layers/quantization/utils/nvfp4_utils.py",
-    "vllm/model_executor/layers/quantization/utils/quant_utils.py",
-)
 
 
 def golden_versions(spec: PatchSpec) -> list[Version]:
@@ -45,7 +40,7 @@ CASES = [pytest.param(spec, v, id=f"{spec.id}-vllm-{v}") for spec in all_specs()
 def extracted(version: Version, tmp_path: Path) -> Installation:
     """A site-packages tree holding only the files the patches read, taken from the wheel."""
     site = tmp_path / "site-packages"
-    wanted = {f"vllm/{b.target}" for s in all_specs() for b in s.bands} | set(CONTEXT_FILES)
+    wanted = {f"vllm/{rel}" for s in all_specs() for rel in (*(b.target for b in s.bands), *s.reads)}
     with zipfile.ZipFile(sources_path(str(version))) as zf:
         names = set(zf.namelist())
         dist_info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/RECORD"))

@@ -1,6 +1,6 @@
 """The hook in real vLLM 0.17.1 processes: vLLM's own plugin loader, every mode, every kind of tree.
 
-One CPU-harness clone and one long-lived driver process per module (tests/hook_driver.py: importing
+One CPU-harness clone and one long-lived driver process per module (tests/support/hook_driver.py: importing
 vllm costs seconds, so every case is a request to the same process); each test first puts the tree
 into the state it needs. The last tests need no vLLM import and use the cheap --no-deps install.
 """
@@ -17,14 +17,14 @@ import pytest
 from typer.testing import CliRunner
 
 from gptoss_patch.cli import app
-from tests import harness
-from tests.upstream import fresh_install, replace_file, site_packages, wheel_path
+from tests.support import harness
+from tests.support.upstream import fresh_install, replace_file, site_packages, wheel_path
 
 pytestmark = [pytest.mark.upstream, pytest.mark.harness]
 VERSION = "0.17.1"
 SERVING = "vllm/entrypoints/openai/chat_completion/serving.py"
 MARLIN = "vllm/model_executor/layers/quantization/utils/marlin_utils.py"
-DRIVER = Path(__file__).with_name("hook_driver.py")
+DRIVER = Path(__file__).parent / "support" / "hook_driver.py"
 MARK = "@@ "
 runner = CliRunner()
 
@@ -319,7 +319,7 @@ sys.exit(vllm.entrypoints.cli.main.main())
 
 
 def test_vllm_cli_refuses_then_re_applies_and_re_executes(venv, ids, tmp_path):
-    """`vllm serve --help` (CPU platform forced, cpu-harness.md §5) imports marlin_utils before plugins load."""
+    """`vllm serve --help` (CPU platform forced: docs/development.md, "The CPU harness") imports marlin_utils before plugins load."""
     script = tmp_path / "vllm"  # the name of vLLM's console script: the one program the hook re-executes
     script.write_text(CPU_VLLM)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "GPTOSS_PATCH_", "VIRTUAL_ENV"))}

@@ -4,7 +4,7 @@
 Read-only and full filesystems are real where the kernel lets us: a read-only bind mount and a small
 tmpfs, inside a private mount namespace (`unshare -m`, we run as root), so nothing leaks to the host;
 those tests skip, naming the reason, where mount namespaces are unavailable. The same failures are
-also injected at the write itself through the faults hook (tests/crash_runner.py raises EROFS or
+also injected at the write itself through the faults hook (tests/support/crash_runner.py raises EROFS or
 ENOSPC at `before-rename`), which always runs. A summary line reports how many inputs were tried.
 """
 
@@ -22,13 +22,24 @@ from pathlib import Path
 
 import pytest
 
+from gptoss_patch.engine.record import read_hashes
 from gptoss_patch.fsutil import sha256
-from gptoss_patch.record import read_hashes
-from tests.safety import (
-    VERSION, Reference, assert_patched, assert_pristine, changed, contents, describe, dist_info, gptoss, ledger_dir,
-    listing, print_line, states,
+from tests.support.safety import (
+    VERSION,
+    Reference,
+    assert_patched,
+    assert_pristine,
+    changed,
+    contents,
+    describe,
+    dist_info,
+    gptoss,
+    ledger_dir,
+    listing,
+    print_line,
+    states,
 )
-from tests.upstream import fresh_install, replace_file, site_packages, wheel_path
+from tests.support.upstream import fresh_install, replace_file, site_packages, wheel_path
 
 pytestmark = pytest.mark.upstream
 OTHER_VERSION = "0.16.0"  # cached by the golden tests; inside every 0.17.1 patch's range
@@ -302,7 +313,7 @@ def test_site_packages_reached_through_a_symlink(venv, ref, tmp_path, hostile):
 
 def test_hardlinked_install_keeps_the_shared_file_intact(venv, ref, hostile):
     """uv installs by hardlink from its cache (so do our test clones): we replace, never write in place."""
-    from tests.upstream import _base_venv
+    from tests.support.upstream import _base_venv
 
     base = site_packages(_base_venv(VERSION))
     site = site_packages(venv)

@@ -12,9 +12,10 @@ import pytest
 from typer.testing import CliRunner
 
 from gptoss_patch.cli import app
+from gptoss_patch.engine.record import read_hashes
 from gptoss_patch.fsutil import sha256
-from gptoss_patch.record import read_hashes
-from tests.upstream import fresh_install, replace_file, site_packages, wheel_path
+from tests.support.catalogue import stock_states
+from tests.support.upstream import fresh_install, replace_file, site_packages, wheel_path
 
 pytestmark = pytest.mark.upstream
 VERSION = "0.17.1"
@@ -49,10 +50,7 @@ def test_pending_apply_applied_idempotent_verify_revert(venv):
     site = site_packages(venv)
     record = next(site.glob("vllm-*.dist-info")) / "RECORD"
     record_bytes = record.read_bytes()
-    assert states(venv) == {
-        "harmony_instructions": "pending", "harmony_no_tools_channels": "pending", "harmony_stream_guard": "pending",
-        "marlin_atomic_add_sm121": "pending", "mxfp4_fp4_import": "not-needed",
-    }
+    assert states(venv) == stock_states(VERSION)
 
     assert cli(venv, "apply", "--vllm", VERSION).exit_code == 0
     assert states(venv)["harmony_instructions"] == states(venv)["marlin_atomic_add_sm121"] == "applied"

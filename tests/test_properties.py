@@ -1,6 +1,6 @@
 """Property tests (hypothesis): apply-then-revert restores the input byte for byte, and apply is idempotent.
 
-Inputs are generated variations of the hand-written upstream-shaped snippets of tests/fakesite.py, in
+Inputs are generated variations of the hand-written upstream-shaped snippets of tests/support/fakesite.py, in
 ways the codemods claim to cope with (their matchers look at the syntax tree, not at trivia):
 comments and blank lines anywhere, trailing whitespace, the indentation unit (2/4/8 spaces or tabs),
 LF or CRLF line endings, an optional BOM, and renamed local names that no matcher anchors on. The
@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 from packaging.version import Version
 
 from gptoss_patch import engine
-from gptoss_patch.ledger import DIRNAME
+from gptoss_patch.engine.ledger import DIRNAME
 from gptoss_patch.spec import Selection, State
 from gptoss_patch.target import Installation
-from tests import fakesite
+from tests.support import fakesite
 
 VERSION = "0.17.1"
 # Local names no matcher anchors on, per snippet (the codemods match `sys_msg`, `messages`, `request`,

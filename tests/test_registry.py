@@ -1,4 +1,9 @@
-"""Meta-tests: every patch id ties its module, tests, dossier, golden diffs and the CHANGELOG together."""
+"""Meta-tests: every patch id ties its module, tests, dossier, golden diffs, probe and the CHANGELOG together.
+
+A patch is declared once, in src/gptoss_patch/patches/<id>.py; every other piece is found by its id
+(docs/adding-a-patch.md). These tests fail when a piece is missing on either side: a module without
+its dossier, test file or CHANGELOG entry, or a dossier, test file or probe left without its module.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +12,9 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from gptoss_patch.registry import all_specs
+from gptoss_patch.registry import all_specs, ids
 from gptoss_patch.spec import module_id
+from gptoss_patch.verify.probes import probe_ids
 from gptoss_patch.versions import KNOWN_RELEASES, specifier
 from tests.test_golden import golden_versions
 
@@ -28,10 +34,30 @@ def test_patch_is_fully_documented_and_tested(spec):
         assert (ROOT / "patches" / spec.id / f"vllm-{version}.diff").exists()
 
 
+def test_no_piece_of_a_patch_outlives_its_module():
+    """A dossier, test file or probe whose id has no module: a patch half-removed, or a typo in a name."""
+    modules = set(ids())
+    dossiers = {path.name for path in (ROOT / "patches").iterdir() if path.is_dir()}
+    test_files = {path.stem.removeprefix("test_") for path in (ROOT / "tests" / "patches").glob("test_*.py")}
+    assert dossiers - modules == set(), "patches/<id>/ without src/gptoss_patch/patches/<id>.py"
+    assert test_files - modules == set(), "tests/patches/test_<id>.py without src/gptoss_patch/patches/<id>.py"
+    assert probe_ids() - modules == set(), "verify/probes/probe_<id>.py without src/gptoss_patch/patches/<id>.py"
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_probe_facts_belong_to_a_probe(spec):
+    """probe_needs_vocabulary and probe_runs_on describe probes/probe_<id>.py: they need one to describe."""
+    if spec.probe_needs_vocabulary or spec.probe_runs_on:
+        assert spec.id in probe_ids(), f"{spec.id} declares probe facts but has no verify/probes/probe_{spec.id}.py"
+
+
 @pytest.mark.parametrize("spec", SPECS)
 def test_ranges_are_valid_and_bands_do_not_overlap(spec):
     for band in spec.bands:
         specifier(band.versions)
+    for versions in (spec.stock_not_needed, spec.probe_runs_on):
+        if versions is not None:
+            specifier(versions)
     for version in KNOWN_RELEASES:
         assert sum(version in specifier(b.versions) for b in spec.bands) <= 1
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gptoss_patch import target
-from tests import fakesite
+from tests.support import fakesite
 
 
 @pytest.fixture

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gptoss_patch import provision
 from gptoss_patch.cli import app
+from gptoss_patch.engine.record import read_hashes
 from gptoss_patch.fsutil import sha256
-from gptoss_patch.record import read_hashes
-from tests import harness
-from tests.upstream import WHEELS, fresh_install, site_packages, wheel_path
+from gptoss_patch.hook import venv as venv_create
+from tests.support import harness
+from tests.support.upstream import WHEELS, fresh_install, site_packages, wheel_path
 
 pytestmark = pytest.mark.upstream
 VERSION = "0.17.1"
@@ -49,7 +49,7 @@ def pristine(venv: Path) -> bool:
 
 
 def dists(venv: Path) -> set[str]:
-    return provision.installed_dists(venv / "bin" / "python")
+    return venv_create.installed_dists(venv / "bin" / "python")
 
 
 @pytest.fixture(scope="module")
@@ -100,8 +100,8 @@ def test_a_wheel_rebuilt_from_an_installed_gptoss_patch_installs_the_same_files(
     """The source for a venv when gptoss-patch runs from a wheel install, not a checkout."""
     directory, _ = created
     python = directory / "bin" / "python"
-    code = "import sys; from importlib import metadata; from pathlib import Path; from gptoss_patch import provision; " \
-           "print(provision.rebuild_wheel(metadata.distribution('gptoss-patch'), Path(sys.argv[1])))"
+    code = "import sys; from importlib import metadata; from pathlib import Path; from gptoss_patch.hook import venv; " \
+           "print(venv.rebuild_wheel(metadata.distribution('gptoss-patch'), Path(sys.argv[1])))"
     wheel = Path(run(python, "-c", code, str(tmp_path)).stdout.strip())
     bare = tmp_path / "bare"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
@@ -151,7 +151,7 @@ def test_malformed_version_is_a_usage_error_before_anything_is_created(tmp_path)
 
 
 def test_uv_asked_for_but_missing(tmp_path, monkeypatch):
-    monkeypatch.setattr(provision.shutil, "which", lambda name: None)
+    monkeypatch.setattr(venv_create.shutil, "which", lambda name: None)
     result = create(tmp_path / "v", "--uv")
     assert result.exit_code == 4 and result.stderr.startswith("error: --uv was given, but uv is not on PATH; nothing was changed")
     assert not (tmp_path / "v").exists()

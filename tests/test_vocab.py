@@ -187,6 +187,6 @@ def test_status_command_exits_0_when_loadable_and_1_otherwise(installed: Path, t
 
 def test_vocab_modules_import_neither_libcst_nor_gitpython() -> None:
     # `vocab status` must stay cheap; importing libcst alone costs more than the whole command.
-    code = "import sys, gptoss_patch.commands.vocab, gptoss_patch.behaviour; print(sorted({'libcst', 'git'} & set(sys.modules)))"
+    code = "import sys, gptoss_patch.commands.vocab, gptoss_patch.verify.behaviour; print(sorted({'libcst', 'git'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -8,6 +8,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gptoss_patch.errors import WriteFailed
+from gptoss_patch.fsutil import atomic_write
+
 
 def cache_home(environ: Mapping[str, str] = os.environ) -> Path:
     """$XDG_CACHE_HOME/gptoss-patch (a relative XDG_CACHE_HOME is invalid per the spec: ignored)."""
@@ -27,8 +30,6 @@ def write_json(path: Path, payload: Any) -> None:
     """Best effort and atomic: readers never see half an entry; a read-only home only costs speed."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        temp.write_text(json.dumps(payload), encoding="utf-8")
-        os.replace(temp, path)
-    except OSError:
+        atomic_write(path, json.dumps(payload).encode("utf-8"), sync_dir=False, concurrent=True)
+    except (OSError, WriteFailed):
         pass

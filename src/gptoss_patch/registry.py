@@ -41,6 +41,11 @@ def ids() -> tuple[str, ...]:
     return tuple(spec.id for spec in all_specs())
 
 
+@cache
+def by_id() -> dict[str, PatchSpec]:
+    return {spec.id: spec for spec in all_specs()}
+
+
 def check_ids(names: tuple[str, ...]) -> None:
     unknown = [n for n in names if n not in ids()]
     if unknown:

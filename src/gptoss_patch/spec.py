@@ -6,14 +6,11 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from packaging.version import Version
 
 from gptoss_patch.versions import in_range
-
-if TYPE_CHECKING:
-    from gptoss_patch.patches._base import PatchCodemod
 
 
 def module_id(module_name: str) -> str:
@@ -63,16 +60,39 @@ class PackageView:
         return any(line.startswith((f"def {name}(", f"{name} =", f"{name}:")) for line in text.splitlines())
 
 
+class Codemod(Protocol):
+    """What the engine asks of a patch's codemod: rewrite a parsed libcst module (or raise Drift).
+
+    patches/_base.PatchCodemod is the implementation; this protocol lets the spec name it without
+    importing it (that module imports libcst, and imports this one)."""
+
+    def rewrite(self, tree: Any) -> Any: ...
+
+
+@dataclass(frozen=True)
+class ServeEnv:
+    """An environment variable `gptoss-patch serve` sets while a patch is in effect (applied or fixed upstream)."""
+
+    name: str
+    value: str
+    effect: str  # what it makes vLLM do: the plan says why it is set
+    unset_why: str  # why it stays unset while the patch is not in effect (a note of the plan)
+
+
 @dataclass(frozen=True)
 class PatchSpec:
-    """Everything about one patch, declared beside its codemod in patches/<id>.py."""
+    """Everything about one patch, declared beside its codemod in patches/<id>.py.
+
+    Nothing else lists patches: the registry finds the modules, `verify --behaviour` finds the probe
+    verify/probes/probe_<id>.py by id, and the tests read the stock facts below (docs/adding-a-patch.md).
+    """
 
     id: str
     summary: str
     upstream: tuple[str, ...]
     bands: tuple[Band, ...]
-    # Builds the libcst codemod class; a function so that `status` need not import libcst.
-    codemod: Callable[[], type[PatchCodemod]]
+    # Builds the codemod class (called with the package view); a function so that `status` need not import libcst.
+    codemod: Callable[[], Callable[[PackageView], Codemod]]
     # Detector of the patched shape: (module source, package) -> bool. Text in, so no libcst needed.
     is_applied: Callable[[str, PackageView], bool]
     # Detector of the upstream fix in the installed code: package -> reason, or None.
@@ -80,8 +100,17 @@ class PatchSpec:
     # Why the patch has nothing to do on this source, or None: (source, package) -> reason.
     not_needed: Callable[[str, PackageView], str | None] = lambda _src, _pkg: None
     fixed_in: str | None = None  # first upstream release with the fix
-    note: str = ""  # the truth users must hear in `status` and `list`
+    note: str = ""  # the truth users must hear in `list`
     after: tuple[str, ...] = ()
+    # Other files of the vllm package its detectors read besides the bands' targets (the golden tests extract them).
+    reads: tuple[str, ...] = ()
+    # Releases (PEP 440 specifiers) whose stock code already behaves: `status` says not-needed there.
+    stock_not_needed: str | None = None
+    # Its behaviour probe renders through harmony, which must load the vocabulary (o200k_base).
+    probe_needs_vocabulary: bool = False
+    # Releases whose code the probe can exercise once patched; elsewhere it reports that it cannot run.
+    probe_runs_on: str | None = None  # None: every release
+    serve_env: tuple[ServeEnv, ...] = ()
 
     def band_for(self, version: Version) -> Band | None:
         return next((b for b in self.bands if in_range(version, b.versions)), None)

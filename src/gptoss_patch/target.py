@@ -24,9 +24,11 @@ from gptoss_patch.errors import TargetError
 from gptoss_patch.versions import parse_version
 
 STOCK_DISTRIBUTION = "vllm"
+# The hook's stdlib-only plugin; its dist-info lookup runs in the target interpreter (see _probe_source).
+PLUGIN_SOURCE = Path(__file__).parent / "hook" / "plugin.py"
 # Bumped whenever the probe's answer changes shape, so that no cached answer of an older shape is used.
 PROBE_FORMAT = 2
-# Runs in the target interpreter after hook_plugin.py's source (its providing_dist_info and
+# Runs in the target interpreter after hook/plugin.py's source (its providing_dist_info and
 # distribution_facts: the hook and gptoss-patch must pick the same .dist-info); prints one JSON
 # object. Keep it import-light. `stamps` are the modification times of the directories on sys.path,
 # taken before the lookup: see _cached_probe.
@@ -241,5 +243,5 @@ def _run_probe(python: str) -> dict:
 
 
 def _probe_source() -> str:
-    """hook_plugin.py (stdlib only; read, not imported: it would cost every command its imports) + the probe."""
-    return Path(__file__).with_name("hook_plugin.py").read_text(encoding="utf-8") + _PROBE_MAIN
+    """hook/plugin.py (stdlib only; read, not imported: it would cost every command its imports) + the probe."""
+    return PLUGIN_SOURCE.read_text(encoding="utf-8") + _PROBE_MAIN

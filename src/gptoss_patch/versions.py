@@ -50,7 +50,7 @@ def unverified_reason(version: Version, name: str = "vllm") -> str | None:
     """Why `version` is not a release the catalogue was checked against (None when it is one).
 
     Pre-releases, dev and local builds (`+cu128`, vendor images) may carry code that differs from the
-    release; `apply` writes to them only when asked to (--allow-unknown-version), unless releases.py
+    release; `apply` writes to them only when asked to (--allow-unknown-version), unless engine/releases.py
     proves from file hashes that a build's patch target files are a release's.
     """
     if version in KNOWN_RELEASES and not version.local:

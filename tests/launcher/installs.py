@@ -2,8 +2,8 @@
 
 - `extract_static(version, site)`: the files the launcher reads statically (launcher.static.STATIC_FILES),
   straight out of the wheel into a site-packages-shaped tree, each checked against the wheel's RECORD.
-- `build_install(root, version)`: a venv holding the real vLLM wheel installed --no-deps (tests/upstream.py),
-  patched with the real engine, with our fake `bin/vllm` (tests/fakes) as its entry point. Target discovery,
+- `build_install(root, version)`: a venv holding the real vLLM wheel installed --no-deps (tests/support/upstream.py),
+  patched with the real engine, with our fake `bin/vllm` (tests/support/fakes) as its entry point. Target discovery,
   `status`, the static reads and the patches all run for real against it; only vLLM's process is fake.
 """
 
@@ -14,13 +14,14 @@ import zipfile
 from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 
+from packaging.version import Version
+
 from gptoss_patch import engine, target, vocab
 from gptoss_patch.launcher import static
 from gptoss_patch.target import Installation
-from packaging.version import Version
-from tests import upstream
-from tests.fakes import install_fake_vllm
-from tests.support import artefacts
+from tests.support import artefacts, upstream
+from tests.support.fakes import install_fake_vllm
+
 
 def wheel_files(version: str, relpaths: tuple[str, ...]) -> dict[str, bytes]:
     """`vllm/<relpath>` -> bytes for each relpath the wheel has (the frontend file moved between versions)."""

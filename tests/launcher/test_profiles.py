@@ -8,7 +8,7 @@ import pytest
 
 from gptoss_patch.errors import UsageError
 from gptoss_patch.launcher import profiles, static
-from tests.fakes import install_fake_nvidia_smi
+from tests.support.fakes import install_fake_nvidia_smi
 
 
 def caps_of(static_installs, version: str) -> static.Capabilities:

@@ -1,4 +1,4 @@
-"""The static readers against the real files of the real wheels (vllm-versions.md §B and §D are the oracle)."""
+"""The static readers against the real files of the real wheels (docs/vllm-layouts.md is the oracle)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from gptoss_patch.launcher import static
 from gptoss_patch.launcher.profiles import marlin_pin_spelling
 
-# Key counts of `environment_variables` per release (vllm-versions.md table B).
+# Key counts of `environment_variables` per release (docs/vllm-layouts.md#envspy-the-environment-registry).
 ENV_KEY_COUNTS = {"0.15.1": 228, "0.16.0": 218, "0.17.1": 232, "0.18.0": 233, "0.22.1": 266, "0.23.0": 268, "0.33.0": 318}
 
 
@@ -151,7 +151,7 @@ def test_last_value_follows_argparse_last_one_wins():
 
 @pytest.mark.parametrize(("version", "calls"), [("0.15.1", 158), ("0.17.1", 171), ("0.23.0", 204), ("0.33.0", 254)], ids=lambda v: f"vllm-{v}" if isinstance(v, str) else None)
 def test_every_add_argument_call_of_arg_utils_is_seen(static_installs, version, calls):
-    """The call counts of vllm-versions.md D1: no `--flag` registered in arg_utils.py is missed."""
+    """The call counts of docs/vllm-layouts.md#serve-flags: no `--flag` registered in arg_utils.py is missed."""
     import ast
 
     tree = ast.parse((static_installs[version].package_root / static.ARG_UTILS_FILE).read_text())

@@ -14,8 +14,8 @@ from packaging.version import Version
 
 from gptoss_patch.patches.harmony_instructions import HELPER, HELPER_SOURCE, METHOD, SPEC, fixed_upstream, is_applied
 from gptoss_patch.versions import KNOWN_RELEASES
-from tests import tools
-from tests.patches.helpers import wheel_source, with_helper
+from tests.patches.helpers import status_on_fake_site, wheel_source, with_helper
+from tests.support import fakesite, tools
 
 check = partial(tools.check_transformed, spec=SPEC)
 check_drift = partial(tools.check_drift, spec=SPEC)
@@ -167,8 +167,15 @@ def test_version_gate(version, target):
     assert (band.target if band else None) == target
 
 
-def test_fixed_in_is_the_first_release_with_the_upstream_fix():
-    assert SPEC.fixed_in == "0.23.0"
+def test_status_from_0_23_0_looks_for_the_upstream_fix_instead_of_patching(tmp_path):
+    """Before 0.23.0 the builder gets the patch; from 0.23.0 (fixed_in) `status` wants vllm#44330's preamble."""
+    fix = fakesite.HARMONY_UTILS + "\n\ndef build_harmony_preamble(*, instructions, tools):\n    return []\n"
+    before = status_on_fake_site(tmp_path / "0.17.1", "0.17.1")[SPEC.id]
+    fixed = status_on_fake_site(tmp_path / "fixed", "0.23.0", {HARMONY_UTILS: fix})[SPEC.id]
+    missing = status_on_fake_site(tmp_path / "missing", "0.23.0")[SPEC.id]
+    assert before == ("pending", "unpatched shape found in vllm 0.17.1")
+    assert fixed[0] == "fixed-upstream" and "vllm#44330" in fixed[1]
+    assert missing == ("drifted", "vllm 0.23.0 should carry the upstream fix (since 0.23.0) but it was not found")
 
 
 RELEASES = [pytest.param(str(v), id=f"vllm-{v}") for v in KNOWN_RELEASES]

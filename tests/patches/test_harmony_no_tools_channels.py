@@ -16,8 +16,8 @@ from packaging.version import Version
 
 from gptoss_patch.patches.harmony_no_tools_channels import HELPER, HELPER_SOURCE, SPEC, is_applied, not_needed
 from gptoss_patch.versions import KNOWN_RELEASES
-from tests import tools
-from tests.patches.helpers import with_helper
+from tests.patches.helpers import status_on_fake_site, with_helper
+from tests.support import tools
 
 check = partial(tools.check_transformed, spec=SPEC)
 check_drift = partial(tools.check_drift, spec=SPEC)
@@ -147,7 +147,10 @@ def test_helper_leaves_a_content_without_channel_config_alone(restrict):
 def test_version_gate(version, inside):
     band = SPEC.band_for(Version(version))
     assert (band.target if band else None) == (TARGET if inside else None)
-    assert SPEC.fixed_in is None  # no upstream release restores the restriction
+
+
+def test_status_still_patches_the_newest_release_no_upstream_release_restores_the_restriction(tmp_path):
+    assert status_on_fake_site(tmp_path / "venv", "0.33.0")[SPEC.id] == ("pending", "unpatched shape found in vllm 0.33.0")
 
 
 RELEASES = [pytest.param(str(v), id=f"vllm-{v}") for v in KNOWN_RELEASES]

@@ -18,8 +18,8 @@ from packaging.version import Version
 
 from gptoss_patch.patches.harmony_stream_guard import HELPER, HELPER_SOURCE, SPEC, fixed_upstream, is_applied
 from gptoss_patch.versions import KNOWN_RELEASES
-from tests import tools
-from tests.patches.helpers import with_helper
+from tests.patches.helpers import status_on_fake_site, with_helper
+from tests.support import tools
 
 check = partial(tools.check_transformed, spec=SPEC)
 check_drift = partial(tools.check_drift, spec=SPEC)
@@ -240,8 +240,14 @@ def test_version_gate(version, target):
     assert (band.target if band else None) == target
 
 
-def test_fixed_in_is_the_first_release_with_the_per_token_guard():
-    assert SPEC.fixed_in == "0.32.0"
+def test_status_from_0_32_0_looks_for_the_per_token_guard_instead_of_patching(tmp_path):
+    """0.31.0 still gets the patch in HarmonyParser; from 0.32.0 (fixed_in) `status` wants upstream's guard."""
+    before = status_on_fake_site(tmp_path / "0.31.0", "0.31.0", {PARSER_TARGET: CHUNK})[SPEC.id]
+    fixed = status_on_fake_site(tmp_path / "fixed", "0.32.0", {PARSER_TARGET: GUARDED_UPSTREAM})[SPEC.id]
+    missing = status_on_fake_site(tmp_path / "missing", "0.32.0", {PARSER_TARGET: CHUNK})[SPEC.id]
+    assert before == ("pending", "unpatched shape found in vllm 0.31.0")
+    assert fixed[0] == "fixed-upstream" and "HarmonyParser.process_chunk" in fixed[1]
+    assert missing == ("drifted", "vllm 0.32.0 should carry the upstream fix (since 0.32.0) but it was not found")
 
 
 RELEASES = [pytest.param(str(v), id=f"vllm-{v}") for v in KNOWN_RELEASES]

@@ -23,8 +23,8 @@ from gptoss_patch.patches._base import run_codemod
 from gptoss_patch.patches.marlin_atomic_add_sm121 import FUNCTION, HELPER, HELPER_SOURCE, SPEC, is_applied
 from gptoss_patch.spec import PackageView
 from gptoss_patch.versions import KNOWN_RELEASES
-from tests import tools
-from tests.patches.helpers import wheel_source, with_helper
+from tests.patches.helpers import listed, status_on_fake_site, wheel_source, with_helper
+from tests.support import tools
 
 check = partial(tools.check_transformed, spec=SPEC)
 check_drift = partial(tools.check_drift, spec=SPEC)
@@ -167,10 +167,14 @@ def test_version_gate(version, inside):
     assert (band.target if band else None) == (TARGET if inside else None)
 
 
-def test_status_says_plainly_that_stock_moe_never_uses_atomic_add():
-    assert "never uses atomic add" in SPEC.note
-    assert "dense Marlin layers only" in SPEC.note
-    assert SPEC.fixed_in is None
+def test_list_says_plainly_that_stock_moe_never_uses_atomic_add():
+    shown = listed(SPEC.id)
+    assert "never uses atomic add" in shown
+    assert "dense Marlin layers only" in shown
+
+
+def test_status_still_patches_the_newest_release_no_upstream_release_fixes_it(tmp_path):
+    assert status_on_fake_site(tmp_path / "venv", "0.33.0")[SPEC.id] == ("pending", "unpatched shape found in vllm 0.33.0")
 
 
 RELEASES = [pytest.param(str(v), id=f"vllm-{v}") for v in KNOWN_RELEASES]

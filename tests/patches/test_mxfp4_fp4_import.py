@@ -7,14 +7,13 @@ fork-style import plus one-line modules that define (or do not define) the funct
 
 from __future__ import annotations
 
-
 import pytest
 from packaging.version import Version
 
 from gptoss_patch.patches.mxfp4_fp4_import import SPEC, absolute_module, is_applied, not_needed
 from gptoss_patch.versions import KNOWN_RELEASES
-from tests import tools
-from tests.patches.helpers import wheel_source
+from tests.patches.helpers import listed, status_on_fake_site, wheel_source
+from tests.support import tools
 
 TARGET = "model_executor/layers/quantization/mxfp4.py"
 QUANT_UTILS = "model_executor/layers/quantization/utils/quant_utils.py"
@@ -146,8 +145,10 @@ def test_version_gate(version, inside):
     assert (band.target if band else None) == (TARGET if inside else None)
 
 
-def test_status_says_stock_never_imports_it():
-    assert "Stock vLLM has no such import" in SPEC.note
+def test_status_says_stock_never_imports_it(tmp_path):
+    state, reason = status_on_fake_site(tmp_path / "venv", "0.17.1")[SPEC.id]
+    assert state == "not-needed" and "stock vLLM never does" in reason
+    assert "Stock vLLM has no such import" in listed(SPEC.id)
 
 
 RELEASES = [pytest.param(str(v), id=f"vllm-{v}") for v in KNOWN_RELEASES]

@@ -8,8 +8,16 @@ import typer
 
 from gptoss_patch.errors import ExitCode
 from gptoss_patch.options import (
-    JsonOption, OnlyOption, PythonOption, SkipOption, VenvOption, VerboseOption, VllmOption,
-    handles_errors, installation, selection,
+    JsonOption,
+    OnlyOption,
+    PythonOption,
+    SkipOption,
+    VenvOption,
+    VerboseOption,
+    VllmOption,
+    handles_errors,
+    installation,
+    selection,
 )
 
 hook_app = typer.Typer(no_args_is_help=True, add_completion=False)
@@ -37,11 +45,11 @@ def install(
     of the patched files, beside the hook and outside vLLM's .dist-info, so a reinstall of vLLM cannot
     erase the expectation. Re-run it after changing the patch set; it keeps the mode unless --mode is given.
     """
-    from gptoss_patch import hook
+    from gptoss_patch.hook import installer
 
     chosen = selection(only, skip) if (only or skip) else None
     inst = installation(python, venv, vllm)
-    result = hook.install(inst, mode=mode, selection=chosen)
+    result = installer.install(inst, mode=mode, selection=chosen)
     _show(result, inst.python, json, verb="Installed")
 
 
@@ -49,10 +57,11 @@ def install(
 @handles_errors
 def uninstall(python: PythonOption = None, venv: VenvOption = None, json: JsonOption = False, verbose: VerboseOption = False) -> None:
     """Remove every file the hook installed; vLLM starts as if it had never been there."""
-    from gptoss_patch import hook, render
+    from gptoss_patch import render
+    from gptoss_patch.hook import installer
 
     site = _site_packages(python, venv)
-    removed = hook.uninstall(site)
+    removed = installer.uninstall(site)
     if json:
         render.json_out({"site_packages": str(site), "removed": [str(p) for p in removed]})
         return
@@ -65,14 +74,15 @@ def uninstall(python: PythonOption = None, venv: VenvOption = None, json: JsonOp
 @handles_errors
 def status(python: PythonOption = None, venv: VenvOption = None, json: JsonOption = False, verbose: VerboseOption = False) -> None:
     """Whether the hook is installed, its mode, and what it would decide in a vLLM process now (exit 1 if not ok)."""
-    from gptoss_patch import hook
+    from gptoss_patch.hook import installer
 
     inst = installation(python, venv)
-    _show(hook.status(inst), inst.python, json)
+    _show(installer.status(inst), inst.python, json)
 
 
-def _show(result, python: str, json: bool, verb: str | None = None) -> None:  # result: hook.HookStatus
-    from gptoss_patch import hook, render
+def _show(result, python: str, json: bool, verb: str | None = None) -> None:  # result: installer.HookStatus
+    from gptoss_patch import render
+    from gptoss_patch.hook import installer
 
     if json:
         render.json_out(result.to_json())
@@ -81,11 +91,11 @@ def _show(result, python: str, json: bool, verb: str | None = None) -> None:  # 
             render.info(f"{verb} the gptoss-patch hook in {result.layout.site}")
         _table(result)
         if not result.ok:
-            render.info(f"fix: {hook.fix_command(result, python)}")
+            render.info(f"fix: {installer.fix_command(result, python)}")
     raise typer.Exit(int(ExitCode.OK if result.ok else ExitCode.ACTION_NEEDED))
 
 
-def _table(result) -> None:  # result: hook.HookStatus
+def _table(result) -> None:  # result: installer.HookStatus
     from gptoss_patch import render
 
     state, verdict = result.state or {}, result.verdict
@@ -106,14 +116,15 @@ def _table(result) -> None:  # result: hook.HookStatus
 
 def _site_packages(python: str | None, venv: str | None):  # -> Path
     """vLLM's site-packages, else the interpreter's own: uninstall works after vLLM is gone too."""
-    from gptoss_patch import hook, target
+    from gptoss_patch import target
     from gptoss_patch.errors import TargetError
+    from gptoss_patch.hook import installer
 
     interpreter = target.interpreter_for(python, venv)
     try:
         return target.discover(interpreter).site_packages
     except TargetError:
-        return hook.purelib(interpreter)
+        return installer.purelib(interpreter)
 
 
 def register(app: typer.Typer) -> None:

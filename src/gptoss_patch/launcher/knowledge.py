@@ -1,4 +1,4 @@
-"""Facts from docs/gptoss-known-issues.md the checks act on: moved env vars, no-op variables, folklore flags,
+"""Facts from docs/known-issues.md the checks act on: moved env vars, no-op variables, folklore flags,
 and the log lines of known crashes. Version-dependent answers are computed from the installed code
 (static.Capabilities), so one table serves every release.
 """
@@ -32,9 +32,9 @@ NO_EFFECT_ON_GPT_OSS = {
     "VLLM_NVFP4_GEMM_BACKEND": "selects the dense NVFP4 GEMM only, never gpt-oss's MXFP4 MoE",
     "VLLM_MARLIN_USE_ATOMIC_ADD": "reaches dense Marlin layers only; the Marlin MoE path always passes use_atomic_add=False",
 }
-# The --moe-backend choices that can run gpt-oss's MXFP4 experts on NVIDIA GPUs (vllm-versions.md C5).
+# The --moe-backend choices that can run gpt-oss's MXFP4 experts on NVIDIA GPUs (docs/vllm-layouts.md#mxfp4-moe-backend-selection).
 GPT_OSS_MOE_BACKENDS = ("marlin", "triton", "flashinfer_trtllm", "flashinfer_cutlass")
-# Flags that folklore scripts pass but no stock release has (vllm-versions.md D2).
+# Flags that folklore scripts pass but no stock release has (docs/vllm-layouts.md#serve-flags).
 FOLKLORE_FLAGS = {
     "--mxfp4-backend": "no stock release has it (fork patch sets only)",
     "--mxfp4-layers": "no stock release has it; stock gpt-oss quantizes only the MoE experts",
@@ -114,7 +114,7 @@ CRASH_PATTERNS: tuple[tuple[re.Pattern[str], KnownIssue], ...] = tuple(
         ),
         (
             r"Failed to infer device type",
-            "cpu-harness §5",
+            "G25",
             "vLLM found no GPU platform (CUDA wheel without a visible GPU)",
             "check nvidia-smi and CUDA_VISIBLE_DEVICES, or use a CPU build of vLLM",
         ),

@@ -16,8 +16,6 @@ from gptoss_patch.launcher import profiles, static
 from gptoss_patch.launcher.results import LaunchPlan, Setting
 from gptoss_patch.spec import State
 
-HARMONY_INSTRUCTIONS_ENV = "VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS"
-HARMONY_PATCH_ID = "harmony_instructions"
 VOCAB_ENV = ("TIKTOKEN_ENCODINGS_BASE", "TIKTOKEN_RS_CACHE_DIR")
 # From 0.31 vLLM depends on oss-harmony, which embeds the vocabulary (G01).
 VOCAB_BUNDLED_FROM = (0, 31)
@@ -62,7 +60,7 @@ def resolve(inst, options: LaunchOptions, environ: Mapping[str, str] | None = No
         *profile.settings,
         *_capture_sizes(options.concurrency, caps, options.extra_args),
         *_environ_validation(caps),
-        *_harmony_instructions(report, caps),
+        *_patch_environment(report, caps),
         *_vocabulary(inst, environ),
     ]
     kept, dropped = _apply_overrides(wanted, options.extra_args, environ)
@@ -73,7 +71,7 @@ def resolve(inst, options: LaunchOptions, environ: Mapping[str, str] | None = No
         profile=options.gpu.profile,
         profile_source=options.gpu.source,
         settings=tuple(kept),
-        notes=(*profile.notes, *dropped, *_harmony_note(report)),
+        notes=(*profile.notes, *dropped, *_patch_environment_notes(report)),
         extra_args=tuple(options.extra_args),
         base_env=environ,
         expected_moe=_expected_moe(profile.moe_pin, kept, options.extra_args, environ),
@@ -137,28 +135,33 @@ def _environ_validation(caps: static.Capabilities) -> list[Setting]:
     return [Setting.flag("--fail-on-environ-validation", why=why)]
 
 
-def _harmony_result(report):
-    return next((r for r in getattr(report, "results", ()) if r.id == HARMONY_PATCH_ID), None)
+IN_EFFECT = (State.APPLIED, State.FIXED_UPSTREAM)
 
 
-def _harmony_instructions(report, caps: static.Capabilities) -> list[Setting]:
-    result = _harmony_result(report)
-    if result is None or result.state not in (State.APPLIED, State.FIXED_UPSTREAM) or not caps.env.knows(HARMONY_INSTRUCTIONS_ENV):
-        return []
-    why = (
-        f"{HARMONY_PATCH_ID} is {result.state.value}: put the client's system prompt into the harmony system "
-        "message as instructions (vllm#44330 semantics; with 0 it goes to the developer message)"
-    )
-    return [Setting.env(HARMONY_INSTRUCTIONS_ENV, "1", why=why)]
+def _serve_envs(report):
+    """(result, ServeEnv) for each variable a patch's SPEC asks `serve` to set while the patch is in effect."""
+    from gptoss_patch.registry import by_id  # loaded already: the patch status imported the catalogue
+
+    specs = by_id()
+    for result in getattr(report, "results", ()):
+        spec = specs.get(result.id)
+        for env in spec.serve_env if spec else ():
+            yield result, env
 
 
-def _harmony_note(report) -> list[str]:
-    result = _harmony_result(report)
-    if result is None or result.state in (State.APPLIED, State.FIXED_UPSTREAM):
-        return []
+def _patch_environment(report, caps: static.Capabilities) -> list[Setting]:
     return [
-        f"{HARMONY_INSTRUCTIONS_ENV} not set: {HARMONY_PATCH_ID} is {result.state.value}, and stock Chat Completions "
-        "before 0.23 never passes instructions, so the variable would change nothing there (G02)"
+        Setting.env(env.name, env.value, why=f"{result.id} is {result.state.value}: {env.effect}")
+        for result, env in _serve_envs(report)
+        if result.state in IN_EFFECT and caps.env.knows(env.name)
+    ]
+
+
+def _patch_environment_notes(report) -> list[str]:
+    return [
+        f"{env.name} not set: {result.id} is {result.state.value}, {env.unset_why}"
+        for result, env in _serve_envs(report)
+        if result.state not in IN_EFFECT
     ]
 
 

@@ -1,6 +1,6 @@
 """GPU profiles: what to add to `vllm serve` for gpt-oss on each GPU family, limited to what this vLLM supports.
 
-Every setting carries the reason it is there (a known-issue id from docs/gptoss-known-issues.md where one
+Every setting carries the reason it is there (a known-issue id from docs/known-issues.md where one
 applies). A profile item the installed version cannot express becomes a note saying so, never a guess.
 """
 
@@ -158,7 +158,7 @@ def pin_marlin(caps: Capabilities) -> Setting | str:
 def marlin_pin_spelling(caps: Capabilities) -> tuple[str, str, str] | None:
     """How this version pins MXFP4 MoE to Marlin: the flag where the selector honours it, else the env var.
 
-    `--moe-backend` exists from 0.17 but the MXFP4 selector ignores it until 0.19 (vllm-versions.md C);
+    `--moe-backend` exists from 0.17 but the MXFP4 selector ignores it until 0.19 (docs/vllm-layouts.md#mxfp4-moe-backend-selection);
     VLLM_MXFP4_USE_MARLIN is read up to 0.23 (deprecated from 0.22.1) and removed in 0.24 (G15).
     """
     if caps.moe.honours_moe_backend and "marlin" in caps.moe.choices and caps.has_flag("--moe-backend"):

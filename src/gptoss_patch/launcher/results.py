@@ -24,7 +24,7 @@ class Check:
     status: Status
     message: str
     fix: str = ""
-    issue: str = ""  # known-issue id (G01...) from docs/gptoss-known-issues.md, when one applies
+    issue: str = ""  # known-issue id (G01...) from docs/known-issues.md, when one applies
 
     def to_json(self) -> dict[str, str]:
         out = {"name": self.name, "status": self.status.value, "message": self.message, "fix": self.fix}

@@ -1,6 +1,6 @@
 """Recognise the MXFP4 MoE backend selection in vLLM's startup log (the only place it is visible, G14).
 
-Line shapes, by version (vllm-versions.md C):
+Line shapes, by version (docs/vllm-layouts.md#mxfp4-moe-backend-selection):
 - 0.15-0.18, `quantization/mxfp4.py`: `[mxfp4.py:165] Using Marlin backend`, `... Using FlashInfer MXFP4 MXFP8
   TRTLLM backend for SM100`, `[get_mxfp4_backend_with_lora] Using Triton backend`;
 - 0.19+, the MoE oracle: `Using 'MARLIN' Mxfp4 MoE backend.`;

@@ -1,7 +1,7 @@
 """What the installed vLLM accepts, read statically from its files: env-var registry, serve flags, MoE selector.
 
-Importing vllm costs seconds and needs a device platform (cpu-harness.md §5); `ast` over three or four
-files costs milliseconds. The layouts read here are described in vllm-versions.md §B and §D.
+Importing vllm costs seconds and needs a device platform (known issue G25); `ast` over three or four
+files costs milliseconds. The layouts read here are described in docs/vllm-layouts.md ("Files the launcher reads").
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from gptoss_patch.errors import TargetError
 
 ENVS_FILE = "envs.py"
 ARG_UTILS_FILE = "engine/arg_utils.py"
-# The frontend args dataclass moved twice (vllm-versions.md D1); newest layout first.
+# The frontend args dataclass moved twice (docs/vllm-layouts.md#serve-flags); newest layout first.
 FRONTEND_FILES = (
     "entrypoints/common/cli_args.py",  # 0.33
     "entrypoints/launchers/cli_args.py",  # 0.29-0.31
     "entrypoints/openai/cli_args.py",  # <= 0.27
 )
-# Where the MXFP4 MoE backend is chosen: the oracle from 0.19, quantization/mxfp4.py before (vllm-versions.md C).
+# Where the MXFP4 MoE backend is chosen: the oracle from 0.19, quantization/mxfp4.py before (docs/vllm-layouts.md#mxfp4-moe-backend-selection).
 MXFP4_SELECTOR_FILES = (
     "model_executor/layers/fused_moe/oracle/mxfp4.py",
     "model_executor/layers/quantization/mxfp4.py",

@@ -26,6 +26,7 @@ from typing import Any
 
 from gptoss_patch import vocab
 from gptoss_patch.errors import TargetError, UsageError, WriteFailed
+from gptoss_patch.fsutil import sha256
 
 BUILDER = Path(__file__).with_name("build_random.py")
 STAMP = "gptoss-patch-model.json"  # written last inside the model directory: what built it, and how
@@ -163,7 +164,7 @@ def read_stamp(model_dir: Path) -> dict[str, Any] | None:
 
 def _check_vocab(vocab_file: Path) -> None:
     try:
-        digest = vocab.sha256_of(vocab_file.read_bytes())
+        digest = sha256(vocab_file.read_bytes())
     except OSError as exc:
         raise UsageError(f"vocabulary {vocab_file}: cannot read it ({exc.strerror or exc})") from None
     if digest != vocab.O200K.sha256:

@@ -7,7 +7,7 @@ second, raw harmony system message after vLLM's own (known issue G02), so the mo
 from typing import TYPE_CHECKING
 
 from gptoss_patch.patches import _shapes
-from gptoss_patch.spec import Band, PackageView, PatchSpec, module_id
+from gptoss_patch.spec import Band, PackageView, PatchSpec, ServeEnv, module_id
 
 if TYPE_CHECKING:
     from gptoss_patch.patches._base import PatchCodemod
@@ -168,8 +168,21 @@ SPEC = PatchSpec(
     is_applied=is_applied,
     fixed_upstream=fixed_upstream,
     fixed_in="0.23.0",
+    reads=(HARMONY_UTILS,),
     note=(
         "Upstream fix is vllm#44330, first in 0.23.0 (not #31607, which is an unmerged SM121/HarmonyError PR). "
         "With the patch, VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS=1 puts instructions in the system message."
+    ),
+    probe_needs_vocabulary=True,
+    probe_runs_on="<0.25",  # 0.25+ renders through OnlineRenderer: no _make_request_with_harmony to call
+    serve_env=(
+        ServeEnv(
+            "VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS",
+            "1",
+            effect="put the client's system prompt into the harmony system message as instructions "
+            "(vllm#44330 semantics; with 0 it goes to the developer message)",
+            unset_why="and stock Chat Completions before 0.23 never passes instructions, "
+            "so the variable would change nothing there (G02)",
+        ),
     ),
 )

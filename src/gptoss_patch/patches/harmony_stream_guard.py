@@ -148,4 +148,6 @@ SPEC = PatchSpec(
         "Covers the Chat Completions stream (from 0.24 via HarmonyParser.process_chunk, which the Responses API "
         "also uses from 0.25); a skipped token produces no output, as upstream 0.32.0."
     ),
+    probe_needs_vocabulary=True,
+    probe_runs_on="<0.32",  # 0.32+ has no helper to call, and HarmonyParser needs a tokenizer to build
 )

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 NAME = "cutlass_fp4_supported"
 TARGET = "model_executor/layers/quantization/mxfp4.py"
 TARGET_PACKAGE = "vllm.model_executor.layers.quantization"
-# Where stock vLLM has defined the symbol, newest first (vllm-versions.md, note C2).
+# Where stock vLLM has defined the symbol, newest first (docs/vllm-layouts.md#cutlass_fp4_supported).
 DEFINERS = (
     "vllm.model_executor.layers.quantization.utils.nvfp4_utils",
     "vllm.model_executor.layers.quantization.utils.quant_utils",
@@ -100,5 +100,7 @@ SPEC = PatchSpec(
     codemod=codemod,
     is_applied=is_applied,
     not_needed=not_needed,
+    reads=tuple(module_file(module) for module in DEFINERS),
     note="Stock vLLM has no such import (not-needed); it matters after applying a fork's mxfp4 diff (--with-diff).",
+    stock_not_needed=">=0.15.1",  # every release: only fork patch sets add the import
 )

@@ -1,0 +1,123 @@
+"""`apply` (and `diff`, its dry run): plan every file's new bytes in memory, then commit them in one transaction.
+
+Nothing is written unless every selected patch can be applied: a drifted or hand-edited patch, a
+`--with-diff` that does not apply, or a build that is no checked release refuses the whole run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+from pathlib import Path
+
+from gptoss_patch.engine.context import Context, decode, encode, open_context
+from gptoss_patch.engine.diff import unified_diff
+from gptoss_patch.engine.ledger import FileEntry, Store
+from gptoss_patch.engine.releases import Identity, identify
+from gptoss_patch.engine.status import judge
+from gptoss_patch.engine.transaction import FilePlan, commit, recover
+from gptoss_patch.errors import Conflict, PatchFailed, TargetError
+from gptoss_patch.fsutil import sha256
+from gptoss_patch.registry import by_id, selected
+from gptoss_patch.spec import PatchResult, PatchSpec, Report, Selection, State
+from gptoss_patch.target import Installation
+
+
+def apply(
+    inst: Installation,
+    selection: Selection = Selection(),
+    *,
+    dry_run: bool = False,
+    diffs: Iterable[Path] = (),
+    allow_unknown_version: bool = False,
+) -> Report:
+    with Store(inst).locked():
+        notices = recover(inst, locked=True)
+        ctx, diff_blobs = _context_with_diffs(inst, list(diffs))
+        results = [judge(spec, ctx) for spec in selected(selection)]
+        _refuse_failures(results)
+        plans, results = _plan_apply(ctx, results, diff_blobs, dry_run)
+        identity = identify(inst)
+        if plans and not dry_run:
+            _guard_unknown_version(identity, allow_unknown_version)
+            commit(ctx, "apply", plans, diff_blobs)
+    return Report(inst, tuple(results), notices, identity)
+
+
+def _context_with_diffs(inst: Installation, diffs: list[Path]) -> tuple[Context, dict[str, list[bytes]]]:
+    if not diffs:
+        return open_context(inst), {}
+    from gptoss_patch.engine import withdiff  # imports gitpython: only for --with-diff
+
+    overlay, blobs = withdiff.apply_all(inst, diffs)
+    return open_context(inst, overlay), blobs
+
+
+def _refuse_failures(results: list[PatchResult]) -> None:
+    failed = [r for r in results if r.state in (State.DRIFTED, State.MODIFIED)]
+    if failed:
+        first = failed[0]
+        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        exc = Conflict if first.state is State.MODIFIED else PatchFailed
+        raise exc(
+            f"{first.id} is {first.state.value}: {first.reason}{more}; nothing was written",
+            hint=f"run `gptoss-patch status` for details, or leave it out with --skip {first.id}",
+        )
+
+
+def _guard_unknown_version(identity: Identity, allowed: bool) -> None:
+    if identity.unverified and not allowed:
+        raise TargetError(
+            f"{identity.unverified}; nothing was written",
+            hint="review `gptoss-patch diff` (the verdicts come from the code's shape), then re-run with --allow-unknown-version",
+        )
+
+
+def _plan_apply(
+    ctx: Context, results: list[PatchResult], diff_blobs: dict[str, list[bytes]], dry_run: bool
+) -> tuple[list[FilePlan], list[PatchResult]]:
+    by_file: dict[str, list[PatchSpec]] = {}
+    specs = by_id()
+    for r in results:
+        if r.state is State.PENDING and r.file:
+            by_file.setdefault(r.file, []).append(specs[r.id])
+    for rel in diff_blobs:
+        by_file.setdefault(rel, [])
+    plans = [_plan_file(ctx, rel, todo, diff_blobs.get(rel, [])) for rel, todo in by_file.items()]
+    diffs = {p.rel: unified_diff(p.rel, p.before or b"", p.after) if dry_run else "" for p in plans}
+    done = {s.id for todo in by_file.values() for s in todo}
+    after = {"state": State.PENDING, "reason": "would be patched"} if dry_run else {"state": State.APPLIED, "reason": "patched"}
+    results = [replace(r, changed=True, diff=diffs[r.file], **after) if r.id in done else r for r in results]
+    return plans, results
+
+
+def _plan_file(ctx: Context, rel: str, todo: list[PatchSpec], diff_blobs: list[bytes]) -> FilePlan:
+    _refuse_outside_link(ctx.inst, rel)
+    before = ctx.on_disk(rel)
+    base = ctx.read(rel)
+    assert before is not None and base is not None
+    text = decode(base)
+    if text is None:
+        raise PatchFailed(f"{rel} is not valid UTF-8; nothing was written")
+    after = encode(ctx.rewrite(todo, text), base)
+    entry = ctx.ledger.files.get(rel)
+    kept = entry.patches if entry and sha256(before) == entry.patched else ()
+    original = entry.original if entry and kept else sha256(before)
+    mode = (ctx.inst.site_packages / rel).stat().st_mode & 0o7777
+    diffs = (entry.diffs if entry and kept else ()) + tuple(sha256(b) for b in diff_blobs)
+    new_entry = FileEntry(original, sha256(after), (*kept, *(s.id for s in todo)), mode, diffs)
+    return FilePlan(rel, before, after, new_entry)
+
+
+def _refuse_outside_link(inst: Installation, rel: str) -> None:
+    """A target reached through a symlink is patched where the link points (the link stays a link),
+    but only inside the vllm package: a link out of it (a shared store, another environment's file)
+    would make us change files this installation does not own, and the ledger would refuse the path."""
+    path = inst.site_packages / rel
+    real = path.resolve()
+    if not real.is_relative_to(inst.package_root.resolve()):
+        raise TargetError(
+            f"{rel} is a symbolic link to {real}, outside the vllm package; nothing was written",
+            hint=f"gptoss-patch does not write through links that leave the package: replace the link with a copy "
+            f"(cp --remove-destination {real} {path}) to patch this environment alone, or --skip that patch",
+        )

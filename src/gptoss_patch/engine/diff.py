@@ -1,0 +1,17 @@
+"""What `diff` and `apply --dry-run` print: a unified diff per file, in the form `git apply -p1` takes."""
+
+from __future__ import annotations
+
+import difflib
+
+from gptoss_patch.engine.context import decode
+
+
+def unified_diff(rel: str, before: bytes, after: bytes) -> str:
+    """A diff `git apply -p1` accepts from the site-packages directory."""
+    old = (decode(before) or "").splitlines(keepends=True)
+    new = (decode(after) or "").splitlines(keepends=True)
+    lines = []
+    for line in difflib.unified_diff(old, new, fromfile=f"a/{rel}", tofile=f"b/{rel}"):
+        lines.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+    return "".join(lines)

@@ -1,0 +1,136 @@
+"""The one way files change: a journalled transaction, and the recovery that finishes an interrupted one.
+
+`commit` stores originals and new bytes, then makes the journal and the ledger durable before any
+target file is replaced, so an interruption at any point is finished by the next command of any
+kind (`recover`, which every command calls first).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gptoss_patch.engine import faults
+from gptoss_patch.engine.context import Context
+from gptoss_patch.engine.ledger import FileEntry, Ledger, Store, Write
+from gptoss_patch.errors import Conflict, WriteFailed
+from gptoss_patch.fsutil import atomic_write, remove_stale_bytecode, sha256
+from gptoss_patch.target import Installation
+
+
+@dataclass(frozen=True)
+class FilePlan:
+    rel: str
+    before: bytes | None  # on disk now
+    after: bytes
+    entry: FileEntry | None  # the ledger entry afterwards (None: the file is back to its original)
+
+
+def commit(ctx: Context, op: str, plans: list[FilePlan], diff_blobs: dict[str, list[bytes]] | None = None) -> None:
+    """Store originals, journal and ledger durably, then replace the files one by one.
+
+    The bytes on disk before (`p.before`) are stored too, so that a write the filesystem refuses
+    (read-only, full) is undone through the same journal (`_undo`); garbage collection drops them.
+    """
+    store = ctx.store
+    extra = [b for blobs in (diff_blobs or {}).values() for b in blobs]
+    blobs = list(dict.fromkeys(b for b in (*(p.before for p in plans), *extra, *(p.after for p in plans)) if b is not None))
+    ledger = _ledger_after(ctx.ledger, plans)
+    writes = [Write(p.rel, sha256(p.before) if p.before is not None else None, sha256(p.after), _mode(ctx, p)) for p in plans]
+    try:
+        store.reserve(blobs)
+        for blob in blobs:
+            store.put_blob(blob)
+        store.begin(op, writes, ledger)
+    except WriteFailed:
+        store.discard()  # no target file was touched; a first apply leaves no ledger directory either
+        raise
+    try:
+        store.save(ledger)
+        faults.reached("ledger-written")
+        for plan, write in zip(plans, writes):
+            _replace_file(ctx.inst, plan.rel, plan.after, write.mode)
+    except WriteFailed as exc:
+        _undo(ctx, op, writes, exc)
+    store.end(ledger)
+    ctx.ledger = ledger
+
+
+def _undo(ctx: Context, op: str, writes: list[Write], failure: WriteFailed) -> None:
+    """A write failed after the journal: journal the way back, then put back what was replaced.
+
+    The roll-back is itself journalled, so a kill during it is finished by the next command like any
+    other. If even the roll-back cannot write, the first journal stays and the next command
+    completes the operation once the filesystem accepts writes. Always raises.
+    """
+    store = ctx.store
+    back = [Write(w.path, w.after, w.before, w.mode) for w in writes if w.before is not None]
+    try:
+        store.begin(f"roll-back of a failed {op}", back, ctx.ledger)
+        store.save(ctx.ledger)
+        for write in back:
+            _roll_forward(ctx.inst, store, write)
+        store.end(ctx.ledger)
+    except WriteFailed as second:
+        raise WriteFailed(
+            f"{failure}; putting back the files already written failed too ({second})",
+            hint=f"free space or make the files writable, then run any gptoss-patch command: it finishes the {op} or its roll-back",
+        ) from None
+    raise failure
+
+
+def _ledger_after(ledger: Ledger, plans: list[FilePlan]) -> Ledger:
+    files = dict(ledger.files)
+    for plan in plans:
+        if plan.entry is None:
+            files.pop(plan.rel, None)
+        else:
+            files[plan.rel] = plan.entry
+    return Ledger(ledger.vllm_version, files)
+
+
+def _mode(ctx: Context, plan: FilePlan) -> int:
+    return plan.entry.mode if plan.entry else ctx.ledger.files[plan.rel].mode
+
+
+def _replace_file(inst: Installation, rel: str, data: bytes, mode: int) -> None:
+    path = inst.site_packages / rel
+    faults.reached("before-file", path)
+    atomic_write(path, data, mode)
+    faults.reached("file-replaced", path)
+    remove_stale_bytecode(path)
+    faults.reached("after-file", path)
+
+
+def recover(inst: Installation, *, locked: bool = False) -> tuple[str, ...]:
+    """Finish an apply or revert that was interrupted; a no-op (one stat) when none was."""
+    store = Store(inst)
+    if not store.has_journal() and not (store.dir.exists() and not (store.dir / "ledger.json").exists()):
+        return ()
+    if not locked:
+        with store.locked():
+            return recover(inst, locked=True)
+    journal = store.journal()
+    if journal is None:
+        if store.tidy():
+            return ("removed the leftover ledger files of an interrupted gptoss-patch run; no vllm file needed to change",)
+        return ()
+    for write in journal.writes:
+        _roll_forward(inst, store, write)
+    store.save(journal.ledger)
+    store.end(journal.ledger)
+    store.remove_strays()
+    return (f"completed an interrupted {journal.op} of {len(journal.writes)} file(s) (process {journal.pid})",)
+
+
+def _roll_forward(inst: Installation, store: Store, write: Write) -> None:
+    path = inst.site_packages / write.path  # journal rows were checked when read; roll-back rows are ours
+    current = sha256(path.read_bytes()) if path.exists() else None
+    if current == write.after:
+        remove_stale_bytecode(path)  # a kill may have come between the rename and this
+        return
+    if current != write.before:
+        raise Conflict(
+            f"an interrupted run left {write.path} with unexpected content (sha256 {str(current)[:12]}); nothing was written",
+            hint=f"reinstall vllm ({inst.reinstall_command}) and apply again",
+        )
+    _replace_file(inst, write.path, store.blob(write.after), write.mode)

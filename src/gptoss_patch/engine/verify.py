@@ -1,0 +1,63 @@
+"""`verify`: byte-compile every patched file with the target interpreter and re-check each applied shape.
+
+(`verify --behaviour`, which runs the patched code, is gptoss_patch.verify: it needs the target's vLLM.)
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import replace
+
+from gptoss_patch.engine.context import Context, decode, open_context
+from gptoss_patch.engine.status import status
+from gptoss_patch.registry import by_id
+from gptoss_patch.spec import PatchResult, Report, Selection, State
+from gptoss_patch.target import Installation
+
+
+def verify(inst: Installation, selection: Selection = Selection()) -> Report:
+    """Byte-compile every patched file with the target interpreter and re-check each applied shape."""
+    report = status(inst, selection)
+    ctx = open_context(inst)
+    files = sorted({r.file for r in report.results if r.state is State.APPLIED and r.file})
+    compile_errors = _compile(inst, files)
+    checked = [_verify_one(r, ctx, compile_errors) for r in report.results]
+    return replace(report, results=tuple(checked))
+
+
+def _verify_one(result: PatchResult, ctx: Context, compile_errors: dict[str, str]) -> PatchResult:
+    if result.state is not State.APPLIED or not result.file:
+        return result
+    if result.file in compile_errors:
+        return replace(result, error=f"does not compile: {compile_errors[result.file]}")
+    spec = by_id()[result.id]
+    text = decode(ctx.read(result.file) or b"")
+    if text is None or not spec.is_applied(text, ctx.package):
+        return replace(result, error="the patched shape is not in the file")
+    return replace(result, reason=f"{result.reason}; compiles with the target interpreter")
+
+
+_COMPILE = """
+import json, sys
+errors = {}
+for rel in sys.argv[2:]:
+    path = sys.argv[1] + "/" + rel
+    try:
+        compile(open(path, "rb").read(), path, "exec")
+    except SyntaxError as exc:
+        errors[rel] = f"line {exc.lineno}: {exc.msg}"
+print(json.dumps(errors))
+"""
+
+
+def _compile(inst: Installation, files: list[str]) -> dict[str, str]:
+    """Compile in the target interpreter (its Python version decides), writing no bytecode."""
+    if not files:
+        return {}
+    proc = subprocess.run(
+        [inst.python, "-c", _COMPILE, str(inst.site_packages), *files], capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0:
+        return {f: (proc.stderr.strip().splitlines() or ["compiler crashed"])[-1] for f in files}
+    return json.loads(proc.stdout)

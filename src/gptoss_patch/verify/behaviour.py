@@ -1,0 +1,145 @@
+"""Behavioural verification: exercise the patched code paths in the target interpreter.
+
+All probes run in one subprocess of the target interpreter (`probes/run.py`), so vLLM's import
+(about 8 s on 2 cores) is paid once. gptoss-patch itself never imports vllm. Results are returned,
+never printed: `verify --behaviour` renders them.
+
+A probe passes only on positive evidence. `passed=None` means it could not run (a package or the
+harmony vocabulary is missing, no probe exists, the process timed out); a crash inside vLLM is a
+failure carrying the exception's last line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gptoss_patch import vocab
+from gptoss_patch.registry import by_id
+from gptoss_patch.verify.probes import MARKER, RUNNER, probe_ids
+
+START_DATE = "2026-01-01"  # VLLM_SYSTEM_START_DATE: a pinned date makes the rendered prompt reproducible
+SET_BY_PROBES = ("VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS", "VLLM_MARLIN_USE_ATOMIC_ADD")
+TIMEOUT = 600.0
+NO_PROBE = "no behaviour probe for this patch"
+VOCAB_MISSING = "the harmony vocabulary (o200k_base.tiktoken): run `gptoss-patch vocab install`"
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    id: str
+    passed: bool | None  # None: could not run
+    evidence: str
+    detail: str = ""  # e.g. the rendered prompts; shown on --verbose
+    missing: tuple[str, ...] = ()  # what the target environment lacks for this probe
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": self.id, "passed": self.passed, "evidence": self.evidence}
+        if self.missing:
+            out["missing"] = list(self.missing)
+        if self.detail:
+            out["detail"] = self.detail
+        return out
+
+
+def run(python: str, patch_ids: Sequence[str], *, verbose: bool) -> list[ProbeResult]:
+    """One ProbeResult per id, in order; ids without a probe come back with passed=None."""
+    ids = list(dict.fromkeys(patch_ids))
+    env, vocab_problem = probe_environment(os.environ)
+    blocked = {pid: _vocab_blocked(pid, vocab_problem) for pid in ids if vocab_problem and needs_vocabulary(pid)}
+    probed = probe_ids()
+    runnable = [pid for pid in ids if pid in probed and pid not in blocked]
+    ran = _run_probes(python, runnable, env, verbose) if runnable else {}
+    return [blocked.get(pid) or ran.get(pid) or ProbeResult(pid, None, NO_PROBE) for pid in ids]
+
+
+def needs_vocabulary(patch_id: str) -> bool:
+    """Whether the patch's probe renders through harmony, which must load its vocabulary (its SPEC says)."""
+    spec = by_id().get(patch_id)
+    return spec is not None and spec.probe_needs_vocabulary
+
+
+def probe_environment(environ: Mapping[str, str]) -> tuple[dict[str, str], str | None]:
+    """The probe process's environment, and why harmony could not load its vocabulary (or None).
+
+    TIKTOKEN_ENCODINGS_BASE is pointed at the installed vocabulary unless the user set it, so
+    harmony never tries a download from inside a probe.
+    """
+    env = dict(environ)
+    env["VLLM_SYSTEM_START_DATE"] = START_DATE
+    env.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    for name in SET_BY_PROBES:
+        env.pop(name, None)
+    if vocab.ENCODINGS_BASE not in env:
+        installed = vocab.default_dir()
+        if vocab.status(vocab.exports(installed)).ok:
+            env[vocab.ENCODINGS_BASE] = str(installed)
+    current = vocab.status(env)
+    return env, None if current.ok else current.reason
+
+
+def _vocab_blocked(probe_id: str, reason: str | None) -> ProbeResult:
+    return ProbeResult(probe_id, None, f"cannot load the harmony vocabulary: {reason}", missing=(VOCAB_MISSING,))
+
+
+def _run_probes(python: str, ids: list[str], env: dict[str, str], verbose: bool) -> dict[str, ProbeResult]:
+    # -B: the probe process writes nothing, not even bytecode (into the target or into our package).
+    command = [python, "-B", str(RUNNER), json.dumps({"probes": ids, "verbose": verbose})]
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=TIMEOUT, check=False)
+        stdout, stderr, code = proc.stdout, proc.stderr, proc.returncode
+    except subprocess.TimeoutExpired as exc:
+        stdout, stderr, code = _text(exc.stdout), f"timed out after {TIMEOUT:.0f} s", None
+    except OSError as exc:
+        return {pid: ProbeResult(pid, None, f"cannot start {python}: {exc.strerror or exc}") for pid in ids}
+    return _collect(python, ids, _events(stdout), stderr, code)
+
+
+def _text(output: str | bytes | None) -> str:
+    if isinstance(output, bytes):
+        return output.decode(errors="replace")
+    return output or ""
+
+
+def _events(stdout: str) -> list[dict[str, Any]]:
+    events = []
+    for line in stdout.splitlines():
+        if line.startswith(MARKER):
+            try:
+                events.append(json.loads(line[len(MARKER) :]))
+            except json.JSONDecodeError:
+                continue  # a log line that happened to start like ours; the protocol line is whole
+    return events
+
+
+def _collect(
+    python: str, ids: list[str], events: list[dict[str, Any]], stderr: str, code: int | None
+) -> dict[str, ProbeResult]:
+    """Results by id; a probe that started but never reported took the process down with it."""
+    results = {e["id"]: _result(python, e) for e in events if e.get("event") == "result"}
+    started = [e["id"] for e in events if e.get("event") == "start"]
+    last = [line for line in stderr.strip().splitlines() if line.strip()]
+    why = last[-1] if last else f"exit code {code}"
+    for pid in ids:
+        if pid in results:
+            continue
+        if pid in started and code is not None:
+            results[pid] = ProbeResult(pid, False, f"crashed: the probe process died (exit code {code}): {why}")
+        elif pid in started:
+            results[pid] = ProbeResult(pid, None, f"did not finish: {why}")
+        else:
+            results[pid] = ProbeResult(pid, None, f"not run: the probe process stopped before it ({why})")
+    return results
+
+
+def _result(python: str, event: dict[str, Any]) -> ProbeResult:
+    missing = tuple(event.get("missing") or ())
+    evidence = event.get("evidence", "")
+    if missing:
+        evidence += f"; install with: {shlex.quote(python)} -m pip install {' '.join(shlex.quote(m) for m in missing)}"
+    return ProbeResult(event["id"], event.get("passed"), evidence, event.get("detail", ""), missing)

@@ -1,0 +1,134 @@
+"""A fake vLLM install built from small hand-written snippets shaped like the upstream code.
+
+Only the statements our codemods anchor on are imitated; nothing here is copied from vLLM. It is
+laid out like site-packages (package + .dist-info with METADATA and a RECORD holding real hashes),
+inside a real `python -m venv --without-pip`, so target discovery runs for real against it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from packaging.version import Version
+
+from gptoss_patch.engine.record import row
+from gptoss_patch.target import Installation
+from tests.support.catalogue import stock_states
+
+SERVING = '''\
+from vllm.entrypoints.openai.parser.harmony_utils import (
+    get_developer_message,
+    get_system_message,
+    parse_chat_inputs_to_harmony_messages,
+    render_for_completion,
+)
+
+
+class OpenAIServingChat:
+    def _make_request_with_harmony(self, request, should_include_tools=True):
+        messages = []
+        assert not self.supports_browsing
+        sys_msg = get_system_message(
+            reasoning_effort=request.reasoning_effort,
+            with_custom_tools=should_include_tools,
+        )
+        messages.append(sys_msg)
+
+        # Add developer message.
+        if request.tools:
+            dev_msg = get_developer_message(tools=request.tools if should_include_tools else None)
+            messages.append(dev_msg)
+
+        # Add user message.
+        messages.extend(parse_chat_inputs_to_harmony_messages(request.messages))
+        return messages, [render_for_completion(messages)]
+
+    async def chat_completion_stream_generator(self, result_generator, harmony_parser):
+        async for res in result_generator:
+            for token_id in res.outputs[0].token_ids:
+                harmony_parser.process(token_id)
+                yield harmony_parser.last_content_delta
+'''
+
+MARLIN_UTILS = '''\
+import torch
+
+import vllm.envs as envs
+
+
+def should_use_atomic_add_reduce(m, n, k, device, dtype):
+    if n >= 2048 or k < 2048 or device.type != "cuda":
+        return False
+    if not envs.VLLM_MARLIN_USE_ATOMIC_ADD:
+        return False
+    return torch.cuda.get_device_capability(device)[0] >= 9 or dtype != torch.bfloat16
+'''
+
+MXFP4 = '''\
+import torch
+
+from vllm.model_executor.layers.quantization.utils.marlin_utils import should_use_atomic_add_reduce
+
+
+def mxfp4_backend():
+    return "marlin"
+'''
+
+NVFP4_UTILS = '''\
+def cutlass_fp4_supported() -> bool:
+    return False
+'''
+
+HARMONY_UTILS = '''\
+from openai_harmony import Message, Role, SystemContent
+
+
+def get_system_message(reasoning_effort=None, instructions=None, with_custom_tools=False):
+    sys_msg_content = SystemContent.new()
+    if reasoning_effort is not None:
+        sys_msg_content = sys_msg_content.with_reasoning_effort(reasoning_effort)
+    sys_msg = Message.from_role_and_content(Role.SYSTEM, sys_msg_content)
+    return sys_msg
+'''
+
+FILES = {
+    "vllm/__init__.py": "",
+    "vllm/entrypoints/openai/chat_completion/serving.py": SERVING,
+    "vllm/entrypoints/openai/parser/harmony_utils.py": HARMONY_UTILS,
+    "vllm/model_executor/layers/quantization/mxfp4.py": MXFP4,
+    "vllm/model_executor/layers/quantization/utils/marlin_utils.py": MARLIN_UTILS,
+    "vllm/model_executor/layers/quantization/utils/nvfp4_utils.py": NVFP4_UTILS,
+}
+SERVING_REL = "vllm/entrypoints/openai/chat_completion/serving.py"
+MARLIN_REL = "vllm/model_executor/layers/quantization/utils/marlin_utils.py"
+MXFP4_REL = "vllm/model_executor/layers/quantization/mxfp4.py"
+HARMONY_UTILS_REL = "vllm/entrypoints/openai/parser/harmony_utils.py"
+# What each patch reports on this fake 0.17.1 before apply: what its SPEC says of the real 0.17.1,
+# which these snippets imitate (a new patch's target needs a snippet here too).
+STOCK_STATES = stock_states("0.17.1")
+PENDING = sorted(k for k, v in STOCK_STATES.items() if v == "pending")
+
+
+def record_line(rel: str, data: bytes) -> str:
+    return row(rel, data) + "\n"
+
+
+def build(root: Path, version: str = "0.17.1", files: dict[str, str] | None = None) -> Installation:
+    """A venv at `root` whose site-packages holds a fake vllm `version`; returns its Installation."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
+    site = next((root / "lib").glob("python3*/site-packages"))
+    dist_info = site / f"vllm-{version}.dist-info"
+    dist_info.mkdir()
+    rows = []
+    for rel, text in {**FILES, **(files or {})}.items():
+        data = textwrap.dedent(text).encode()
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_bytes(data)
+        rows.append(record_line(rel, data))
+    (dist_info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
+    rows.append(record_line(f"{dist_info.name}/METADATA", (dist_info / "METADATA").read_bytes()))
+    (dist_info / "RECORD").write_text("".join(rows) + f"{dist_info.name}/RECORD,,\n")
+    return Installation(str(root / "bin" / "python"), Version(version), site, dist_info)

@@ -1,0 +1,98 @@
+"""The package's shape, as docs/development.md draws it: no import cycle, and the stdlib-only files stay so.
+
+The import graph is read from the source (every import: module level, inside functions, and under
+TYPE_CHECKING), so a cycle that only typing or a lazy import would close is caught too. Importing
+`a.b.c` from outside `a` runs `a` and `a.b` first, so those count as edges as well.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import gptoss_patch
+
+PACKAGE = Path(gptoss_patch.__file__).parent
+STDLIB_ONLY = (  # they run where gptoss-patch is not installed (site-packages of vLLM, target interpreters)
+    PACKAGE / "hook" / "plugin.py",
+    *sorted((PACKAGE / "verify" / "probes").glob("*.py")),
+)
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def imported_names(path: Path, package: str) -> Iterator[str]:
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([node.module] if node.module else [])])
+            yield base
+            yield from (f"{base}.{alias.name}" for alias in node.names)  # `from pkg import module`
+
+
+def import_graph() -> dict[str, set[str]]:
+    known = modules()
+    graph: dict[str, set[str]] = {name: set() for name in known}
+    for name, path in known.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for imported in imported_names(path, package):
+            while imported and imported not in known:
+                imported = imported.rpartition(".")[0]
+            parts = imported.split(".") if imported else []
+            for depth in range(1, len(parts) + 1):
+                ancestor = ".".join(parts[:depth])
+                if ancestor in known and ancestor != name and not name.startswith(ancestor + "."):
+                    graph[name].add(ancestor)
+    return graph
+
+
+def cycle_from(start: str, graph: dict[str, set[str]]) -> list[str] | None:
+    """A path start -> ... -> start, if there is one (depth-first)."""
+    stack = [(start, [start])]
+    seen: set[str] = set()
+    while stack:
+        node, path = stack.pop()
+        for nxt in sorted(graph[node]):
+            if nxt == start:
+                return [*path, start]
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append((nxt, [*path, nxt]))
+    return None
+
+
+def test_no_import_cycle_even_for_typing_or_lazy_imports():
+    graph = import_graph()
+    cycles = [cycle for name in sorted(graph) if (cycle := cycle_from(name, graph))]
+    assert cycles == [], " -> ".join(cycles[0])
+
+
+def test_the_plugin_and_the_probe_scripts_import_only_the_standard_library():
+    local = {path.stem for path in STDLIB_ONLY}  # the probe scripts import each other as top-level modules
+    for path in STDLIB_ONLY:
+        tops = {name.split(".")[0] for name in _module_level_imports(path)}
+        foreign = tops - set(sys.stdlib_module_names) - local - {"__future__"}
+        if path.parent.name == "probes" and path.name == "__init__.py":
+            foreign -= {"gptoss_patch"}  # the package marker, imported by gptoss-patch only, never run there
+        assert foreign == set(), f"{path.relative_to(PACKAGE)} imports {sorted(foreign)} at module level"
+
+
+def _module_level_imports(path: Path) -> Iterator[str]:
+    """Imports a script runs when loaded: its top level (a function may import vLLM, torch or harmony)."""
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            yield node.module or ""
