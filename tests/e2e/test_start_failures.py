@@ -7,7 +7,6 @@ its log's last lines, never a hang.
 from __future__ import annotations
 
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
@@ -42,24 +41,17 @@ def test_a_vocabulary_lost_after_the_pre_flight_is_diagnosed_as_g01(clone, model
     vocab = tmp_path / "vocab"
     shutil.copytree(Path(python).parent.parent / "tiktoken", vocab)
     env = {"TIKTOKEN_ENCODINGS_BASE": str(vocab), "TIKTOKEN_RS_CACHE_DIR": str(vocab)}
-    log_dir = tmp_path / "logs"
-    log_dir.mkdir()
-    port = servers.free_port()
-    log = log_dir / "serve.log"
-    command = servers.serve_command(python, model, port, launcher_args=("--allow-unpatched",))
-    with log.open("wb") as sink:
-        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   env=servers.server_env(python, log_dir / "state", env), start_new_session=True)
+    server = servers.spawn(python, model, tmp_path / "logs", env=env, launcher_args=("--allow-unpatched",))
     try:
         deadline = time.monotonic() + 60
-        while "Started vLLM (pid" not in log.read_text(errors="replace") and time.monotonic() < deadline:
-            assert process.poll() is None, log.read_text(errors="replace")[-3000:]
+        while "Started vLLM (pid" not in server.log_text() and time.monotonic() < deadline:
+            assert server.process.poll() is None, server.tail()
             time.sleep(0.2)
         shutil.rmtree(vocab)  # vLLM reads it only when its chat server initialises, ~10 s later
-        code = process.wait(timeout=servers.READY_TIMEOUT)
+        code = server.process.wait(timeout=servers.READY_TIMEOUT)
     finally:
-        servers.stop(process)
-    text = log.read_text(errors="replace")
+        servers.stop(server.process)
+    text = server.log_text()
 
     assert code != 0, text[-3000:]
     assert "this matches known issue G01" in text, text[-3000:]

@@ -76,10 +76,12 @@ def server_env(python: Path, state_dir: Path, env: Mapping[str, str] | None = No
             "XDG_STATE_HOME": str(state_dir), **(env or {})}
 
 
-@contextmanager
-def running(python: Path, model: Path, log_dir: Path, *extra: str, env: Mapping[str, str] | None = None,
-            launcher_args: tuple[str, ...] = (), ready_timeout: float = READY_TIMEOUT) -> Iterator[Server]:
-    """A ready server; stopped (process group, bounded) on every exit path."""
+def spawn(python: Path, model: Path, log_dir: Path, *extra: str, env: Mapping[str, str] | None = None,
+          launcher_args: tuple[str, ...] = ()) -> Server:
+    """`gptoss-patch serve` started in its own process group, its output in a log under `log_dir`; not waited for.
+
+    The caller must `stop(server.process)` on every exit path.
+    """
     log_dir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     log = log_dir / f"serve-{port}.log"
@@ -87,31 +89,32 @@ def running(python: Path, model: Path, log_dir: Path, *extra: str, env: Mapping[
     with log.open("wb") as sink:
         process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                    env=server_env(python, log_dir / "state", env), start_new_session=True)
-    server = Server(f"http://127.0.0.1:{port}", str(model), log, process)
+    return Server(f"http://127.0.0.1:{port}", str(model), log, process)
+
+
+@contextmanager
+def running(python: Path, model: Path, log_dir: Path, *extra: str, env: Mapping[str, str] | None = None,
+            launcher_args: tuple[str, ...] = (), ready_timeout: float = READY_TIMEOUT) -> Iterator[Server]:
+    """A ready server; stopped (process group, bounded) on every exit path."""
+    server = spawn(python, model, log_dir, *extra, env=env, launcher_args=launcher_args)
     try:
         wait_ready(server, ready_timeout)
         yield server
     finally:
-        stop(process)
+        stop(server.process)
 
 
 def start_and_wait_exit(python: Path, model: Path, log_dir: Path, *extra: str, env: Mapping[str, str] | None = None,
                         launcher_args: tuple[str, ...] = (), timeout: float = READY_TIMEOUT) -> tuple[int, str]:
     """Run a server that is expected NOT to come up; returns (exit code, whole log). Bounded."""
-    log_dir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    log = log_dir / f"serve-{port}-fails.log"
-    command = serve_command(python, model, port, *extra, launcher_args=launcher_args)
-    with log.open("wb") as sink:
-        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   env=server_env(python, log_dir / "state", env), start_new_session=True)
+    server = spawn(python, model, log_dir, *extra, env=env, launcher_args=launcher_args)
     try:
-        code = process.wait(timeout=timeout)
+        code = server.process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         code = None
     finally:
-        stop(process)
-    text = log.read_text(errors="replace")
+        stop(server.process)
+    text = server.log_text()
     if code is None:
         raise ServerFailed(f"expected the server to stop by itself within {timeout:.0f} s; log tail:\n" + "\n".join(text.splitlines()[-TAIL:]))
     return code, text
