@@ -372,6 +372,19 @@ def test_install_status_uninstall_round_trip(nodeps):
     assert again.exit_code == 0 and "(it was not)" in again.stderr
 
 
+def test_the_hook_is_a_complete_distribution_for_pip(nodeps):
+    cli(nodeps, "apply")
+    assert cli(nodeps, "hook", "install").exit_code == 0
+    info = next(site_packages(nodeps).glob("gptoss_patch_hook-*.dist-info"))
+    wheel = dict(line.split(": ", 1) for line in (info / "WHEEL").read_text().splitlines())
+    pip = [sys.executable, "-m", "pip", "--python", str(nodeps / "bin" / "python")]
+    shown = subprocess.run([*pip, "show", "-f", "gptoss-patch-hook"], capture_output=True, text=True, check=False)
+
+    assert {p.name for p in info.iterdir()} >= {"METADATA", "RECORD", "WHEEL", "INSTALLER", "entry_points.txt"}
+    assert wheel["Wheel-Version"] == "1.0" and wheel["Root-Is-Purelib"] == "true"
+    assert shown.returncode == 0 and "gptoss_patch_hook-0.1.0.dist-info/WHEEL" in shown.stdout
+
+
 def test_pip_uninstall_of_the_hook_distribution_removes_it_too(nodeps):
     cli(nodeps, "apply")
     assert cli(nodeps, "hook", "install").exit_code == 0

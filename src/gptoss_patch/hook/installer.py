@@ -3,7 +3,7 @@
 What `install` puts into the target's site-packages, every file listed in our own RECORD:
   gptoss_patch_hook.py                 a verbatim copy of gptoss_patch/hook/plugin.py (stdlib only)
   gptoss_patch_hook.json               the expectation: vLLM version, patch ids, file hashes, mode
-  gptoss_patch_hook-<ver>.dist-info/   METADATA, INSTALLER, entry_points.txt ([vllm.general_plugins]), RECORD
+  gptoss_patch_hook-<ver>.dist-info/   METADATA, INSTALLER, WHEEL, entry_points.txt ([vllm.general_plugins]), RECORD
 and, once Python has imported the module, __pycache__/gptoss_patch_hook.<tag>.pyc.
 
 The expectation lives with the hook, not in vLLM's .dist-info: a reinstall of vLLM removes the
@@ -160,6 +160,7 @@ def _files(layout: Layout, state: dict[str, Any]) -> dict[Path, bytes]:
         layout.state: (json.dumps(state, indent=1, sort_keys=True) + "\n").encode(),
         info / "METADATA": _metadata().encode(),
         info / "INSTALLER": b"gptoss-patch\n",
+        info / "WHEEL": _wheel().encode(),  # pip and uv treat a dist-info without it as broken
         info / "entry_points.txt": ENTRY_POINT.encode(),
     }
     files[info / "RECORD"] = _record(layout, files).encode()
@@ -172,6 +173,11 @@ def _metadata() -> str:
         "Summary: gptoss-patch's guard in every vLLM process (installed by `gptoss-patch hook install`; "
         "remove with `gptoss-patch hook uninstall`)\n"
     )
+
+
+def _wheel() -> str:
+    """The WHEEL file of a pure-Python wheel, as installers leave it (PEP 427)."""
+    return f"Wheel-Version: 1.0\nGenerator: gptoss-patch ({__version__})\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
 
 
 def _record(layout: Layout, files: dict[Path, bytes]) -> str:
