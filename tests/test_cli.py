@@ -123,3 +123,11 @@ def test_directory_that_is_not_a_venv(tmp_path):
 def test_module_entry_point_prints_help():
     proc = subprocess.run([sys.executable, "-m", "gptoss_patch", "--help"], capture_output=True, text=True, check=True)
     assert "apply" in proc.stdout and "status" in proc.stdout
+
+
+@pytest.mark.parametrize("flag", ["--version", "-V"])
+def test_version_flag_prints_the_version_and_exits_0(flag):
+    from gptoss_patch import __version__
+
+    result = runner.invoke(app, [flag])
+    assert result.exit_code == 0 and result.stdout == f"gptoss-patch {__version__}\n"

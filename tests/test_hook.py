@@ -408,6 +408,11 @@ def test_install_invalid_mode_is_a_usage_error(nodeps):
     assert hook_files(nodeps) == []
 
 
+def test_invalid_mode_is_a_usage_error_before_any_target_lookup(tmp_path):
+    result = runner.invoke(app, ["hook", "install", "--mode", "bogus", "--python", str(tmp_path / "no-such-python")])
+    assert result.exit_code == 2 and result.stderr.startswith("error: --mode bogus: expected one of fail, apply, warn")
+
+
 def test_install_over_an_untrusted_ledger_creates_nothing(nodeps):
     cli(nodeps, "apply")
     ledger = next(site_packages(nodeps).glob("vllm-*.dist-info")) / "gptoss_patch" / "ledger.json"

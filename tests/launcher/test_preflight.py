@@ -252,6 +252,29 @@ def test_a_model_id_is_left_to_vllm(installs):
     assert only(checks_for(installs["0.17.1"], model="openai/gpt-oss-120b"), "model").status is Status.PASS
 
 
+def test_a_vllm_script_whose_interpreter_is_gone_stops_serve(tmp_path):
+    """What a venv renamed after install looks like: the script is there, its #! names nothing."""
+    inst = build_install(tmp_path / "venv", "0.17.1")
+    script = tmp_path / "venv" / "bin" / "vllm"
+    script.unlink()
+    script.write_text(f"#!{tmp_path / 'renamed-away' / 'bin' / 'python'}\nimport sys\n")
+    script.chmod(0o755)
+    with pytest.raises(TargetError, match=r"^.*/bin/vllm cannot run: its interpreter .*/renamed-away/bin/python does not exist"):
+        preflight.require_launchable(resolve(inst))
+
+
+@pytest.mark.parametrize("head, expected", [
+    ("#!/venv/bin/python3.11\n", "/venv/bin/python3.11"),
+    ("#!/usr/bin/env python3\n", "/usr/bin/env"),
+    ("#!/bin/sh\n'''exec' \"/a/very/long/path/bin/python\" \"$0\" \"$@\"\n' '''\n", "/a/very/long/path/bin/python"),
+    ("\x7fELF", None),
+])
+def test_script_interpreter_reads_shebangs_and_pips_trampoline(tmp_path, head, expected):
+    script = tmp_path / "vllm"
+    script.write_bytes(head.encode())
+    assert preflight.script_interpreter(script) == expected
+
+
 def test_a_missing_vllm_executable_stops_serve(tmp_path):
     inst = build_install(tmp_path / "venv", "0.17.1")
     (tmp_path / "venv" / "bin" / "vllm").unlink()

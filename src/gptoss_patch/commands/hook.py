@@ -47,6 +47,7 @@ def install(
     """
     from gptoss_patch.hook import installer
 
+    installer.check_mode(mode)
     chosen = selection(only, skip) if (only or skip) else None
     inst = installation(python, venv, vllm)
     result = installer.install(inst, mode=mode, selection=chosen)

@@ -94,10 +94,15 @@ class HookStatus:
 # -- install -------------------------------------------------------------------------------------
 
 
-def install(inst: Installation, *, mode: str | None = None, selection: Selection | None = None, tool: str | None = None) -> HookStatus:
-    """Install or refresh the hook: copy the guard, record what this vLLM should carry, register it."""
+def check_mode(mode: str | None) -> None:
+    """Bad input before any lookup: `--mode bogus` is a usage error (2), whatever the target."""
     if mode is not None and mode not in plugin.MODES:
         raise UsageError(f"--mode {mode}: expected one of {', '.join(plugin.MODES)}")
+
+
+def install(inst: Installation, *, mode: str | None = None, selection: Selection | None = None, tool: str | None = None) -> HookStatus:
+    """Install or refresh the hook: copy the guard, record what this vLLM should carry, register it."""
+    check_mode(mode)
     layout = Layout(inst.site_packages)
     previous, _ = plugin.read_state(layout.state)
     with Store(inst).locked():

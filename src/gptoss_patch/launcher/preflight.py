@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import errno
 import ipaddress
 import socket
@@ -313,13 +314,35 @@ def launchability(plan: LaunchPlan) -> list[Check]:
 
 def _executable(plan: LaunchPlan) -> list[Check]:
     exe = Path(plan.executable)
-    if exe.is_file() and exe.stat().st_mode & 0o111:
-        if plan.server_module:
-            why = f"{plan.installation.distribution}'s own `vllm` script cannot start (it looks up a distribution named vllm)"
-            return [Check("executable", Status.PASS, f"{exe} -m {plan.server_module}: {why}")]
-        return [Check("executable", Status.PASS, str(exe))]
     fix = f"reinstall vLLM there: {plan.installation.reinstall_command}"
-    return [Check("executable", Status.FAIL, f"no vllm executable at {exe}", fix=fix)]
+    if not (exe.is_file() and exe.stat().st_mode & 0o111):
+        return [Check("executable", Status.FAIL, f"no vllm executable at {exe}", fix=fix)]
+    interpreter = script_interpreter(exe)
+    if interpreter is not None and not os.access(interpreter, os.X_OK):
+        message = f"{exe} cannot run: its interpreter {interpreter} does not exist (was the venv moved or renamed?)"
+        return [Check("executable", Status.FAIL, message, fix=fix)]
+    if plan.server_module:
+        why = f"{plan.installation.distribution}'s own `vllm` script cannot start (it looks up a distribution named vllm)"
+        return [Check("executable", Status.PASS, f"{exe} -m {plan.server_module}: {why}")]
+    return [Check("executable", Status.PASS, str(exe))]
+
+
+TRAMPOLINE = "'''exec' "  # pip's /bin/sh wrapper for interpreter paths too long for a #! line
+
+
+def script_interpreter(path: Path) -> str | None:
+    """The interpreter a script names: its `#!` line, or pip's `/bin/sh` trampoline; None for binaries."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(1024).decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    if not head or not head[0].startswith("#!"):
+        return None
+    interpreter = head[0][2:].strip().split(" ")[0]
+    if interpreter == "/bin/sh" and len(head) > 1 and head[1].startswith(TRAMPOLINE) and head[1].count('"') >= 2:
+        return head[1].split('"')[1]
+    return interpreter
 
 
 def _model(plan: LaunchPlan) -> list[Check]:
