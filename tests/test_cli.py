@@ -131,3 +131,12 @@ def test_version_flag_prints_the_version_and_exits_0(flag):
 
     result = runner.invoke(app, [flag])
     assert result.exit_code == 0 and result.stdout == f"gptoss-patch {__version__}\n"
+
+
+def test_a_non_python_program_as_python_is_one_short_line_without_the_probe():
+    result = runner.invoke(app, ["status", "--python", "/bin/ls"])
+    assert result.exit_code == 4
+    first, *rest = result.stderr.splitlines()
+    assert first.startswith("error: /bin/ls is not a usable Python interpreter: ")
+    assert len(first) < 300 and "import" not in first and "gptoss-patch puts" not in first
+    assert all(line.startswith("hint:") for line in rest)

@@ -230,16 +230,16 @@ def _still_valid(probe: dict) -> bool:
 
 def _run_probe(python: str) -> dict:
     try:
-        proc = subprocess.run(
-            [python, "-c", _probe_source()], capture_output=True, text=True, timeout=60, check=False
-        )
+        # The probe goes in on stdin (`python -`): a non-Python program named by --python then echoes
+        # "-" in its complaint, not the whole script.
+        proc = subprocess.run([python, "-"], input=_probe_source(), capture_output=True, text=True, timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise TargetError(f"{python} is not a usable Python interpreter ({exc.__class__.__name__})") from None
     try:
         return json.loads(proc.stdout.strip().splitlines()[-1])
     except (json.JSONDecodeError, IndexError):
         detail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise TargetError(f"{python} is not a usable Python interpreter: {detail}") from None
+        raise TargetError(f"{python} is not a usable Python interpreter: {detail[:200]}") from None
 
 
 def _probe_source() -> str:
