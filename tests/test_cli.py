@@ -140,3 +140,31 @@ def test_a_non_python_program_as_python_is_one_short_line_without_the_probe():
     assert first.startswith("error: /bin/ls is not a usable Python interpreter: ")
     assert len(first) < 300 and "import" not in first and "gptoss-patch puts" not in first
     assert all(line.startswith("hint:") for line in rest)
+
+
+def test_diff_exit_code_is_1_while_something_would_change_and_0_after(venv):
+    _, path = venv
+    pending = runner.invoke(app, ["diff", "--venv", path, "--exit-code"])
+    assert pending.exit_code == 1 and "+++ b/vllm/" in pending.stdout
+    assert runner.invoke(app, ["diff", "--venv", path]).exit_code == 0  # without the flag: 0, as before
+    run("apply", "--venv", path)
+    clean = runner.invoke(app, ["diff", "--venv", path, "--exit-code"])
+    assert clean.exit_code == 0 and clean.stdout == ""
+
+
+def test_apply_check_writes_nothing_and_exits_1_while_something_would_change(venv):
+    _, path = venv
+    before = runner.invoke(app, ["status", "--venv", path, "--json"]).stdout
+    pending = runner.invoke(app, ["apply", "--venv", path, "--check"])
+    assert pending.exit_code == 1 and "Would apply: " in pending.stderr
+    assert runner.invoke(app, ["status", "--venv", path, "--json"]).stdout == before
+    run("apply", "--venv", path)
+    assert runner.invoke(app, ["apply", "--venv", path, "--check"]).exit_code == 0
+
+
+def test_dry_run_json_carries_each_patch_diff(venv):
+    _, path = venv
+    payload = json.loads(runner.invoke(app, ["apply", "--venv", path, "--dry-run", "--json"]).stdout)
+    changing = [p["id"] for p in payload["patches"] if p.get("changed")]
+    assert changing and sorted(payload["diffs"]) == sorted(changing)
+    assert all(payload["diffs"][i].startswith("--- a/vllm/") for i in changing)

@@ -6,12 +6,14 @@ from typing import Annotated
 import typer
 
 from gptoss_patch import engine, render
+from gptoss_patch.errors import ExitCode
 from gptoss_patch.options import (
     JsonOption, OnlyOption, PythonOption, SkipOption, VenvOption, VerboseOption, VllmOption,
     handles_errors, installation, selection,
 )
 
 DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Compute and show the diff; write nothing.")]
+CheckOption = Annotated[bool, typer.Option("--check", help="Write nothing; exit 1 when apply would change something (for CI).")]
 WithDiffOption = Annotated[
     list[Path] | None,
     typer.Option("--with-diff", metavar="FILE", help="Apply this unified diff (paths a/vllm/...) first (repeatable)."),
@@ -30,9 +32,13 @@ def apply(
     python: PythonOption = None, venv: VenvOption = None, vllm: VllmOption = None,
     only: OnlyOption = None, skip: SkipOption = None, dry_run: DryRunOption = False,
     with_diff: WithDiffOption = None, allow_unknown_version: AllowUnknownOption = False,
-    json: JsonOption = False, verbose: VerboseOption = False,
+    check: CheckOption = False, json: JsonOption = False, verbose: VerboseOption = False,
 ) -> None:
-    """Apply every patch the installed vLLM needs. Nothing is written unless every patch succeeds."""
+    """Apply every patch the installed vLLM needs. Nothing is written unless every patch succeeds.
+
+    --check writes nothing and exits 1 when something would change, like ruff's and black's --check.
+    """
+    dry_run = dry_run or check
     chosen = selection(only, skip)
     report = engine.apply(
         installation(python, venv, vllm), chosen, dry_run=dry_run, diffs=with_diff or (),
@@ -43,8 +49,11 @@ def apply(
         typer.echo("".join(dict.fromkeys(r.diff for r in report.results if r.diff)), nl=False)
     render.narrate(report.results, verb="Patched", dry_run=dry_run)
     if json:
-        render.report_json(report, dry_run=dry_run)
+        diffs = {"diffs": {r.id: r.diff for r in report.results if r.diff}} if dry_run else {}
+        render.report_json(report, dry_run=dry_run, **diffs)
     render.info(("Would apply: " if dry_run else "Done: ") + render.tally(report.results))
+    if check and any(r.changed for r in report.results):
+        raise typer.Exit(int(ExitCode.ACTION_NEEDED))
 
 
 def register(app: typer.Typer) -> None:

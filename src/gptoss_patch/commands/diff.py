@@ -1,23 +1,36 @@
 """`gptoss-patch diff`: the unified diff `apply` would write (git apply -p1 from site-packages)."""
 
+from typing import Annotated
+
 import typer
 
 from gptoss_patch import engine, render
 from gptoss_patch.commands.apply import WithDiffOption
+from gptoss_patch.errors import ExitCode
 from gptoss_patch.options import (
     OnlyOption, PythonOption, SkipOption, VenvOption, VerboseOption, VllmOption, handles_errors, installation, selection,
 )
+
+
+ExitCodeOption = Annotated[bool, typer.Option("--exit-code", help="Exit 1 when there is a diff (apply would change something).")]
 
 
 @handles_errors
 def diff(
     python: PythonOption = None, venv: VenvOption = None, vllm: VllmOption = None,
     only: OnlyOption = None, skip: SkipOption = None, with_diff: WithDiffOption = None, verbose: VerboseOption = False,
+    exit_code: ExitCodeOption = False,
 ) -> None:
-    """Print the diff `apply` would write; empty when nothing is pending."""
+    """Print the diff `apply` would write; empty when nothing is pending.
+
+    With --exit-code, exit 1 when the diff is not empty (like `git diff --exit-code` and ruff's --diff).
+    """
     report = engine.apply(installation(python, venv, vllm), selection(only, skip), dry_run=True, diffs=with_diff or ())
     render.detected(report)
-    typer.echo("".join(dict.fromkeys(r.diff for r in report.results if r.diff)), nl=False)
+    text = "".join(dict.fromkeys(r.diff for r in report.results if r.diff))
+    typer.echo(text, nl=False)
+    if exit_code and text:
+        raise typer.Exit(int(ExitCode.ACTION_NEEDED))
 
 
 def register(app: typer.Typer) -> None:
