@@ -204,6 +204,8 @@ def test_lock_timeout_exits_6_with_a_clear_message(venv, ref, tmp_path, holders,
     assert blocked.returncode == 6, describe(blocked)
     assert f"error: another gptoss-patch run has held the lock on {dist_info(venv)} for more than 1s" in blocked.stderr
     assert "hint: wait for it to finish, or raise GPTOSS_PATCH_LOCK_TIMEOUT" in blocked.stderr
+    notice = f"waiting for another gptoss-patch run (pid {holder.pid}) to finish with {dist_info(venv)} (up to 1 s)"
+    assert blocked.stderr.count(notice) == 1, describe(blocked)  # said once, before the wait, naming the holder
     assert waited >= 1
     assert_pristine(venv, ref)
 

@@ -77,7 +77,17 @@ def installation(python: str | None, venv: str | None, vllm: str | None = None):
 
     if vllm is not None:
         parse_version(vllm)  # an invalid version is a usage error before anything runs
-    return target.discover(target.interpreter_for(python, venv), vllm)
+    inst = target.discover(target.interpreter_for(python, venv), vllm)
+    _say_when_waiting_for_the_lock()
+    return inst
+
+
+def _say_when_waiting_for_the_lock() -> None:
+    """A command that has to wait for another run's lock says so once, instead of silence for up to 120 s."""
+    from gptoss_patch import render
+    from gptoss_patch.engine import ledger
+
+    ledger.on_wait = render.info
 
 
 def selection(only: list[str] | None, skip: list[str] | None):  # -> spec.Selection

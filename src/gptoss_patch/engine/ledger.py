@@ -16,7 +16,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -311,19 +311,45 @@ class Store:
             os.close(fd)  # closing releases the flock
 
 
+# Called once when a run has to wait for the lock, with a one-line notice; the CLI points it at its
+# stderr (the engine itself never prints).
+on_wait: Callable[[str], None] = lambda _notice: None
+
+
 def _acquire(fd: int, limit: float, where: Path) -> None:
     deadline = time.monotonic() + limit
+    told = False
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return
         except BlockingIOError:
+            if not told:
+                told = True
+                holder = lock_holder(where)
+                by = f" (pid {holder})" if holder else ""
+                on_wait(f"waiting for another gptoss-patch run{by} to finish with {where} (up to {limit:.0f} s)")
             if time.monotonic() >= deadline:
                 raise Locked(
                     f"another gptoss-patch run has held the lock on {where} for more than {limit:.0f}s",
                     hint=f"wait for it to finish, or raise {LOCK_TIMEOUT_ENV}",
                 ) from None
             time.sleep(0.05)
+
+
+def lock_holder(path: Path) -> int | None:
+    """The pid holding a flock on `path`, from /proc/locks (Linux); None when it cannot be told."""
+    try:
+        stat = os.stat(path)
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return None
+    wanted = f"{os.major(stat.st_dev):02x}:{os.minor(stat.st_dev):02x}:{stat.st_ino}"
+    for line in lines:  # "1: FLOCK  ADVISORY  WRITE 4242 fd:00:1234 0 EOF"
+        fields = line.split()
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == wanted and fields[4].isdigit():
+            return int(fields[4])
+    return None
 
 
 def _dump(payload: dict[str, Any]) -> bytes:
