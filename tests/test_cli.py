@@ -168,3 +168,14 @@ def test_dry_run_json_carries_each_patch_diff(venv):
     changing = [p["id"] for p in payload["patches"] if p.get("changed")]
     assert changing and sorted(payload["diffs"]) == sorted(changing)
     assert all(payload["diffs"][i].startswith("--- a/vllm/") for i in changing)
+
+
+def test_list_takes_only_and_skip_like_every_command():
+    ids = [p["id"] for p in json.loads(runner.invoke(app, ["list", "--json"]).stdout)]
+    only = runner.invoke(app, ["list", "--json", "--only", ids[0]])
+    skipped = runner.invoke(app, ["list", "--json", "--skip", ids[0]])
+    unknown = runner.invoke(app, ["list", "--only", "no_such_patch"])
+
+    assert [p["id"] for p in json.loads(only.stdout)] == ids[:1]
+    assert [p["id"] for p in json.loads(skipped.stdout)] == ids[1:]
+    assert unknown.exit_code == 2 and unknown.stderr.startswith("error: ")

@@ -3,12 +3,13 @@
 import typer
 
 from gptoss_patch import registry, render
-from gptoss_patch.options import JsonOption
+from gptoss_patch.options import JsonOption, OnlyOption, SkipOption, handles_errors, selection
 
 
-def list_patches(json: JsonOption = False) -> None:
-    """List every patch: id, version range, target file, upstream references, summary."""
-    specs = registry.all_specs()
+@handles_errors
+def list_patches(only: OnlyOption = None, skip: SkipOption = None, json: JsonOption = False) -> None:
+    """List every patch (or those --only/--skip select): id, version range, target file, upstream references, summary."""
+    specs = registry.selected(selection(only, skip))
     if json:
         render.json_out([_as_json(s) for s in specs])
         return
