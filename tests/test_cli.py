@@ -179,3 +179,10 @@ def test_list_takes_only_and_skip_like_every_command():
     assert [p["id"] for p in json.loads(only.stdout)] == ids[:1]
     assert [p["id"] for p in json.loads(skipped.stdout)] == ids[1:]
     assert unknown.exit_code == 2 and unknown.stderr.startswith("error: ")
+
+
+def test_under_json_an_error_is_also_a_json_object_on_stdout(tmp_path):
+    result = runner.invoke(app, ["status", "--json", "--venv", str(tmp_path)])
+    assert result.exit_code == 4 and result.stderr.startswith("error: ")
+    error = json.loads(result.stdout)["error"]
+    assert error["code"] == 4 and error["message"] == result.stderr.splitlines()[0].removeprefix("error: ")

@@ -48,6 +48,7 @@ def handles_errors(func: F) -> F:
             from gptoss_patch import render
 
             render.error(str(exc), exc.hint)
+            _json_error(kwargs, int(exc.exit_code), str(exc), exc.hint)
             raise typer.Exit(int(exc.exit_code)) from None
         except KeyboardInterrupt:
             from gptoss_patch import render
@@ -61,9 +62,18 @@ def handles_errors(func: F) -> F:
 
             last = f"{type(exc).__name__}: {exc}".splitlines()[0]
             render.error(f"unexpected error: {last}", "re-run with --verbose for the traceback")
+            _json_error(kwargs, int(ExitCode.PATCH_FAILED), f"unexpected error: {last}", "re-run with --verbose for the traceback")
             raise typer.Exit(int(ExitCode.PATCH_FAILED)) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _json_error(kwargs: dict[str, Any], code: int, message: str, hint: str | None) -> None:
+    """Under --json an error is a JSON object on stdout too, so a pipe never reads an empty document."""
+    if kwargs.get("json") or kwargs.get("json_output"):
+        from gptoss_patch import render
+
+        render.json_out({"error": {"code": code, "message": message, **({"hint": hint} if hint else {})}})
 
 
 def stderr_is_tty() -> bool:
