@@ -66,6 +66,8 @@ def main() -> int:
             "plain server": lambda port: plain_command(python, model, port),
         }
         samples: dict[str, list[float]] = {name: [] for name in sides}
+        # Not timed: the first start of a fresh copy reads torch and vLLM from disk (86 s against 17 s here).
+        print(f"warm-up start: {time_to_ready(sides['plain server'], python, work, env):.1f} s", flush=True)
         for round_ in range(args.rounds):
             order = list(sides) if round_ % 2 == 0 else list(reversed(sides))
             for name in order:
