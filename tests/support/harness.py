@@ -69,10 +69,10 @@ def cpu_venv(version: str) -> Path:
     final = cache_root() / "venvs" / f"cpu-vllm-{version}"
     wheel = vllm_wheel(version)
     digest = _recipe_digest(wheel)
-    if _is_current(final, digest):
+    if venvs.is_built(final, STAMP, digest):
         return final / "bin" / "python"
     with _locked(final.with_name(final.name + ".lock")):
-        if not _is_current(final, digest):  # another process may have built it while we waited
+        if not venvs.is_built(final, STAMP, digest):  # another process may have built it while we waited
             _build(final, wheel, digest)
     return final / "bin" / "python"
 
@@ -193,13 +193,6 @@ def _recipe_digest(wheel: Path) -> str:
         "excluded": sorted(EXCLUDED),
     }
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def _is_current(final: Path, digest: str) -> bool:
-    try:
-        return json.loads((final / STAMP).read_text())["recipe"] == digest
-    except (OSError, ValueError, KeyError):
-        return False
 
 
 @contextmanager

