@@ -115,7 +115,9 @@ def _download(cache: Path, requirement: str, name: str, version: str) -> Path:
 
 
 def _pip_download(cache: Path) -> list[str]:
-    return [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--dest", str(cache)]
+    # --no-cache-dir: this cache is the cache; pip's own would hold every wheel a second time (11+ GB cold).
+    return [sys.executable, "-m", "pip", "download", "--no-deps", "--no-cache-dir", "--only-binary=:all:",
+            "--dest", str(cache)]
 
 
 def _cached(cache: Path, name: str, version: str) -> Path | None:

@@ -236,7 +236,7 @@ def _build(final: Path, wheel: Path, digest: str) -> None:
 
 def _install(name: str, build: Path, wheel: Path) -> None:
     python = build / "bin" / "python"
-    pip = [str(python), "-m", "pip", "install", "--no-input", "--disable-pip-version-check"]
+    pip = [str(python), "-m", "pip", "install", "--no-input", "--disable-pip-version-check", "--no-cache-dir"]
     _step(name, "create the venv", [sys.executable, "-m", "venv", str(build)])
     _step(name, f"install {wheel.name} --no-deps", [*pip, "--no-deps", str(wheel)])
     _step(name, f"install {TORCH} (CPU build via pip's find-links)", [*pip, TORCH])

@@ -98,7 +98,8 @@ def _build(venv: Path, wheel: Path, digest: str) -> None:
     started = time.monotonic()
     shutil.rmtree(venv, ignore_errors=True)  # half-built or an older recipe
     python = venv / "bin" / "python"
-    pip = [str(python), "-m", "pip", "install", "--no-input", "--disable-pip-version-check", "-q"]
+    # --no-cache-dir: torch and its nvidia wheels (3-4 GB) would stay in pip's cache beside the venv.
+    pip = [str(python), "-m", "pip", "install", "--no-input", "--disable-pip-version-check", "--no-cache-dir", "-q"]
     _step(venv.name, "create the venv", [sys.executable, "-m", "venv", str(venv)])
     _step(venv.name, f"install {wheel.name} --no-deps", [*pip, "--no-deps", str(wheel)])
     _step(venv.name, "install its requirements with PyPI's torch", [*pip, *requirements(wheel)])
