@@ -18,8 +18,7 @@ from packaging.version import Version
 
 from gptoss_patch import engine, target
 from gptoss_patch.engine import releases
-from gptoss_patch.engine.record import read_hashes, registered
-from gptoss_patch.engine.record import row as record_row
+from gptoss_patch.engine.record import read_hashes, registered, row as record_row
 from gptoss_patch.errors import TargetError
 from gptoss_patch.hook import plugin
 from gptoss_patch.launcher import preflight

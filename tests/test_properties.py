@@ -16,8 +16,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from hypothesis import HealthCheck, event, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, event, given, settings, strategies as st
 from packaging.version import Version
 
 from gptoss_patch import engine

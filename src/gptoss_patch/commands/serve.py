@@ -31,7 +31,9 @@ PrintScriptOption = Annotated[bool, typer.Option("--print-script", help="Write t
 DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Print the resolved environment and command; start nothing.")]
 SmokeOption = Annotated[bool, typer.Option("--smoke", help="Once ready, run the smoke canary; stop vLLM if it fails.")]
 LogFileOption = Annotated[
-    Path | None, typer.Option("--log-file", metavar="PATH", help="Also write vLLM's log here (default: a new file under the XDG state dir).", show_default=False)
+    Path | None,
+    typer.Option("--log-file", metavar="PATH", help="Also write vLLM's log here (default: a new file under the XDG state dir).",
+                 show_default=False),
 ]
 
 

@@ -44,7 +44,8 @@ _OFFLINE = re.compile(
     r"Max retries exceeded|error sending request|dns error|Failed to fetch|tcp connect error",
     re.IGNORECASE,
 )
-_NOT_FOUND = re.compile(r"No matching distribution found for|Could not find a version that satisfies|no version of|not found in the package registry", re.IGNORECASE)
+_NOT_FOUND = re.compile(r"No matching distribution found for|Could not find a version that satisfies|no version of"
+                        r"|not found in the package registry", re.IGNORECASE)
 
 
 @dataclass(frozen=True)

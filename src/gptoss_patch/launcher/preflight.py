@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import errno
 import ipaddress
+import os
 import socket
 from collections.abc import Mapping
 from pathlib import Path

@@ -170,9 +170,9 @@ def _environment_variables_dict(tree: ast.Module) -> ast.Dict | None:
     for node in tree.body:
         targets = [node.target] if isinstance(node, ast.AnnAssign) else getattr(node, "targets", [])
         value = getattr(node, "value", None)
-        if any(isinstance(t, ast.Name) and t.id == "environment_variables" for t in targets):
-            if isinstance(value, ast.Dict):
-                return value
+        named = any(isinstance(t, ast.Name) and t.id == "environment_variables" for t in targets)
+        if named and isinstance(value, ast.Dict):
+            return value
     return None
 
 
