@@ -24,7 +24,7 @@ check: $(VENV)/.dev-installed
 	scratch="$$(mktemp -d "$${TMPDIR:-/tmp}/gptoss-patch-check.XXXXXX")" && trap 'rm -rf "$$scratch"' EXIT && \
 	env -u GPTOSS_PATCH_WHEEL_CACHE GPTOSS_PATCH_CACHE="$$scratch/cache" XDG_CACHE_HOME="$$scratch/xdg" \
 	    GPTOSS_PATCH_TEST_OFFLINE=1 PIP_NO_INDEX=1 PIP_FIND_LINKS= \
-	    $(VENV)/bin/python -m pytest -p no:cacheprovider -m "$(FAST_TESTS)"
+	    $(VENV)/bin/python -m pytest -p no:cacheprovider --hypothesis-profile check -m "$(FAST_TESTS)"
 
 test: $(VENV)/.installed
 	$(VENV)/bin/python -m pytest

@@ -6,6 +6,7 @@ import os
 import random
 
 import pytest
+from hypothesis import settings
 
 from tests.support import artefacts, markers
 
@@ -13,6 +14,7 @@ pytest.register_assert_rewrite("tests.support.tools")
 pytest_plugins = ["tests.support.failures"]
 
 ORDERS = ("collected", "reverse", "random")
+settings.register_profile("check", max_examples=10)  # `make check` (--hypothesis-profile check): fewer examples
 
 
 @pytest.fixture(autouse=True)
