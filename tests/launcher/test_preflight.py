@@ -208,8 +208,8 @@ def test_harmony_instructions_variable_not_set_while_pending(tmp_path, own_insta
     assert any("harmony_instructions is pending" in note for note in plan.notes)
 
 
-def test_vocabulary_variables_only_before_0310(installs, session_cache):
-    directory = str(session_cache / "gptoss-patch" / "tiktoken")
+def test_vocabulary_variables_only_before_0310(installs, vocabulary):
+    directory = str(vocabulary / "gptoss-patch" / "tiktoken")
     assert resolve(installs["0.17.1"]).env_additions["TIKTOKEN_ENCODINGS_BASE"] == directory
     assert not any(name.startswith("TIKTOKEN_") for name in resolve(installs["0.33.0"]).env_additions)
 

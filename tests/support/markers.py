@@ -41,10 +41,10 @@ def needs(*markers: str) -> Callable[[F], F]:
 def derived(item: pytest.Item) -> dict[str, list[str]]:
     """marker -> the fixtures of `item` (its whole closure) that declare it."""
     found: dict[str, list[str]] = {}
-    info = getattr(item, "_fixtureinfo", None)
+    info = getattr(item, "_fixtureinfo", None)  # pytest's resolved fixture closure of a test function
     if info is None:  # not a python test function (e.g. a doctest)
         return found
-    for name in item.fixturenames:  # type: ignore[attr-defined]
+    for name in info.names_closure:
         for fixturedef in info.name2fixturedefs.get(name, ()):
             for marker in getattr(fixturedef.func, ATTRIBUTE, ()):
                 found.setdefault(marker, []).append(name)
