@@ -1,6 +1,6 @@
 """Fixtures for the launcher tests: installs built from the real wheels, the fake vllm, free ports.
 
-The fixtures that need a wheel (`installs`, `static_installs`, `vocabulary`) mark their tests `upstream`.
+The fixtures that need a wheel (`installs`, `static_installs`, `vocabulary`, `own_install`) mark their tests `upstream`.
 """
 
 from __future__ import annotations
