@@ -1,14 +1,30 @@
 # The two fresh-machine commands of the README: `make demo` (the main job) and `make test`.
+# `make check` is the fast inner loop: lint, types, and the tests that need no download (docs/development.md).
 PYTHON ?= python3
 VENV := .venv
+# The tests of `make check`: none with a marker that stands for a download (tests/support/markers.py).
+FAST_TESTS := not upstream and not harness and not server
 
-.PHONY: demo test bench matrix
+.PHONY: demo test check bench matrix
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -e '.[test]'
 	touch $@
+
+$(VENV)/.dev-installed: $(VENV)/.installed
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $@
+
+# The tests run offline against an empty cache: a test that needs a download and lacks its marker fails.
+check: $(VENV)/.dev-installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+	scratch="$$(mktemp -d "$${TMPDIR:-/tmp}/gptoss-patch-check.XXXXXX")" && trap 'rm -rf "$$scratch"' EXIT && \
+	env -u GPTOSS_PATCH_WHEEL_CACHE GPTOSS_PATCH_CACHE="$$scratch/cache" XDG_CACHE_HOME="$$scratch/xdg" \
+	    GPTOSS_PATCH_TEST_OFFLINE=1 PIP_NO_INDEX=1 PIP_FIND_LINKS= \
+	    $(VENV)/bin/python -m pytest -p no:cacheprovider --hypothesis-profile check -m "$(FAST_TESTS)"
 
 test: $(VENV)/.installed
 	$(VENV)/bin/python -m pytest

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from gptoss_patch import engine, target  # noqa: E402
-from tests.support import servers, serve_venv, tiny_model, venvs  # noqa: E402
+from tests.support import serve_venv, servers, tiny_model, venvs  # noqa: E402
 
 VERSION = "0.17.1"
 TARGET = 0.01

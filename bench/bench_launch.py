@@ -98,7 +98,8 @@ def _report(direct: list[tuple[float, float]], launched: list[tuple[float, float
     print(f"gptoss-patch serve     : median {total * 1000:7.1f} ms wall (min {min(w for w, _ in launched) * 1000:.1f}), {total_cpu * 1000:.0f} ms CPU")
     added = total - base
     verdict = "PASS" if added <= TARGET_ADDED else "FAIL"
-    print(f"added by the launcher  : {added * 1000:7.1f} ms wall, {(total_cpu - base_cpu) * 1000:.0f} ms CPU (target <= {TARGET_ADDED * 1000:.0f} ms wall): {verdict}")
+    print(f"added by the launcher  : {added * 1000:7.1f} ms wall, {(total_cpu - base_cpu) * 1000:.0f} ms CPU "
+          f"(target <= {TARGET_ADDED * 1000:.0f} ms wall): {verdict}")
     return 0 if verdict == "PASS" else 1
 
 

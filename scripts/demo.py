@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.support import harmony, servers, serve_venv, tiny_model, venvs  # noqa: E402
+from tests.support import harmony, serve_venv, servers, tiny_model, venvs  # noqa: E402
 
 VERSION = "0.17.1"
 TOOL = [sys.executable, "-m", "gptoss_patch"]

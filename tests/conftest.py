@@ -6,19 +6,21 @@ import os
 import random
 
 import pytest
+from hypothesis import settings
 
-from tests.support import artefacts
+from tests.support import artefacts, markers
 
 pytest.register_assert_rewrite("tests.support.tools")
 pytest_plugins = ["tests.support.failures"]
 
 ORDERS = ("collected", "reverse", "random")
+settings.register_profile("check", max_examples=10)  # `make check` (--hypothesis-profile check): fewer examples
 
 
 @pytest.fixture(autouse=True)
 def _isolated_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
-        if name.startswith(("VLLM_", "GPTOSS_PATCH_TEST_", "TIKTOKEN_")):
+        if name.startswith(("VLLM_", "GPTOSS_PATCH_TEST_", "TIKTOKEN_")) and name != markers.OFFLINE_ENV:
             monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("COLUMNS", "3000")
     monkeypatch.setenv("NO_COLOR", "1")
@@ -44,7 +46,9 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"gptoss-patch cache: {artefacts.cache_root()}; wheels: {artefacts.wheel_cache()}; order: {order}{seed}"
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    markers.mark_from_fixtures(items)  # a test is marked by the fixtures it uses
     order = config.getoption("order")
     if order == "reverse":
         items.reverse()

@@ -14,12 +14,14 @@ import pytest
 
 from gptoss_patch.verify import behaviour
 from tests.support import harness
+from tests.support.markers import needs
 
 BOTH = ["harmony_instructions", "marlin_atomic_add_sm121"]
 FLAG = "VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS"
 
 
 @pytest.fixture(scope="module")
+@needs("harness")
 def stock_0171() -> Path:
     return harness.cpu_venv("0.17.1")
 
@@ -170,6 +172,7 @@ def test_the_probe_environment_pins_the_date_and_points_at_the_installed_vocabul
 
 
 @pytest.fixture(scope="module")
+@needs("upstream")
 def vocab_dir_ok(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real installed vocabulary laid out as $XDG_CACHE_HOME/gptoss-patch/tiktoken."""
     from gptoss_patch import vocab

@@ -18,14 +18,14 @@ from packaging.version import Version
 
 from gptoss_patch import engine, target
 from gptoss_patch.engine import releases
-from gptoss_patch.engine.record import read_hashes, registered
-from gptoss_patch.engine.record import row as record_row
+from gptoss_patch.engine.record import read_hashes, registered, row as record_row
 from gptoss_patch.errors import TargetError
 from gptoss_patch.hook import plugin
 from gptoss_patch.launcher import preflight
 from gptoss_patch.registry import all_specs
 from gptoss_patch.versions import KNOWN_RELEASES
 from tests.support import fakesite
+from tests.support.markers import needs
 from tests.support.safety import gptoss
 from tests.support.upstream import fresh_install, record_hashes, replace_file, site_packages, sources_path
 
@@ -37,12 +37,14 @@ TARGET_COUNT = len(releases.release_files()[VERSION])  # 4 on 0.17.1: the files 
 
 
 @pytest.fixture
+@needs("upstream")
 def cpu_venv(tmp_path: Path) -> Path:
     fresh_install(VERSION, tmp_path / "cpu", distribution=CPU)
     return tmp_path / "cpu"
 
 
 @pytest.fixture
+@needs("upstream")
 def local_venv(tmp_path: Path) -> Path:
     fresh_install(VERSION, tmp_path / "local")
     as_local_build(tmp_path / "local")

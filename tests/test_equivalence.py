@@ -15,21 +15,25 @@ import pytest
 
 from tests.support import harness
 from tests.support.chat_cases import PIRATE, SETTINGS, TABLE
+from tests.support.markers import needs
 
 PATCHED_VERSIONS = ("0.17.1", "0.22.1")  # one per band of harmony_instructions
 
 
 @pytest.fixture(scope="module")
+@needs("harness")
 def upstream() -> dict[str, Any]:
     return harness.render_table(harness.cpu_venv("0.23.0"), TABLE, settings=SETTINGS)
 
 
 @pytest.fixture(scope="module")
+@needs("harness")
 def stock() -> dict[str, Any]:
     return harness.render_table(harness.cpu_venv("0.17.1"), TABLE, settings=SETTINGS)
 
 
 @pytest.fixture(scope="module", params=[pytest.param(v, id=f"vllm-{v}") for v in PATCHED_VERSIONS])
+@needs("harness")
 def patched(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     python = harness.clone_venv(harness.cpu_venv(request.param), tmp_path_factory.mktemp("eq") / "venv")
     harness.apply_patches(python, ["harmony_instructions"])

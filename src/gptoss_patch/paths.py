@@ -18,7 +18,7 @@ def cache_home(environ: Mapping[str, str] = os.environ) -> Path:
     return (Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache") / "gptoss-patch"
 
 
-def read_json(path: Path) -> Any | None:
+def read_json(path: Path) -> Any:
     """The cached value, or None when there is none or it cannot be read (callers recompute)."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))

@@ -236,7 +236,8 @@ def _run_probe(python: str) -> dict:
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise TargetError(f"{python} is not a usable Python interpreter ({exc.__class__.__name__})") from None
     try:
-        return json.loads(proc.stdout.strip().splitlines()[-1])
+        facts: dict = json.loads(proc.stdout.strip().splitlines()[-1])
+        return facts
     except (json.JSONDecodeError, IndexError):
         detail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise TargetError(f"{python} is not a usable Python interpreter: {detail[:200]}") from None

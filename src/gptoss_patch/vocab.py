@@ -142,7 +142,7 @@ def status(environ: Mapping[str, str]) -> VocabStatus:
         path = Path(environ[RS_CACHE_DIR]) / O200K.cache_name
         return _check(path, RS_CACHE_DIR, missing=f"{path} is not cached, so harmony would download {O200K.url}")
     # Rust's std::env::temp_dir(): $TMPDIR if set, else /tmp (not Python's TMP/TEMP fallbacks).
-    temp = environ["TMPDIR"] if "TMPDIR" in environ else "/tmp"
+    temp = environ.get("TMPDIR", "/tmp")
     path = Path(temp) / "tiktoken-rs-cache" / O200K.cache_name
     missing = f"neither {ENCODINGS_BASE} nor {RS_CACHE_DIR} is set and {path} is not cached, so harmony would download {O200K.url}"
     return _check(path, "default", missing=missing)

@@ -10,6 +10,7 @@ import pytest
 from gptoss_patch import engine, target
 from gptoss_patch.spec import Selection
 from tests.support import serve_venv, tiny_model, venvs
+from tests.support.markers import needs
 
 RENDER_ARGS = ("--enable-auto-tool-choice", "--tool-call-parser", "openai")  # requests with tools need both
 
@@ -21,12 +22,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
+@needs("server")
 def model() -> Path:
     """The tiny random gpt-oss (built once, cached outside the repository)."""
     return tiny_model.tiny_model(tiny_model.serve_python())
 
 
 @pytest.fixture(scope="session")
+@needs("server")
 def clone(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
     """A private hardlinked copy of the cached serving venv of a release, optionally patched."""
 

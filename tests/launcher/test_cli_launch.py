@@ -14,7 +14,6 @@ from typer.testing import CliRunner
 
 from gptoss_patch.cli import app
 from tests.launcher.conftest import MODEL, free_port, pending_summary, read_record
-from tests.launcher.installs import build_install
 
 cli = CliRunner()
 
@@ -108,16 +107,16 @@ def test_a_missing_model_path_is_one_error_line(installs, tmp_path):
     assert result.stderr.splitlines()[-1].startswith("error: model path ./models/nope does not exist; check the path")
 
 
-def test_a_missing_vllm_executable_is_one_error_line(tmp_path):
-    inst = build_install(tmp_path / "venv", "0.17.1")
+def test_a_missing_vllm_executable_is_one_error_line(tmp_path, own_install):
+    inst = own_install(tmp_path / "venv", "0.17.1")
     (tmp_path / "venv" / "bin" / "vllm").unlink()
     result = serve(inst, tmp_path)
     assert result.exit_code == 4
     assert result.stderr.splitlines()[-1].startswith(f"error: no vllm executable at {tmp_path / 'venv' / 'bin' / 'vllm'}; reinstall vLLM")
 
 
-def test_unpatched_refuses_to_start_and_allow_unpatched_says_so_loudly(tmp_path):
-    inst = build_install(tmp_path / "venv", "0.17.1", patched=False)
+def test_unpatched_refuses_to_start_and_allow_unpatched_says_so_loudly(tmp_path, own_install):
+    inst = own_install(tmp_path / "venv", "0.17.1", patched=False)
     refused = serve(inst, tmp_path)
     assert refused.exit_code == 1
     assert refused.stderr.splitlines()[-2:] == [

@@ -10,7 +10,6 @@ from gptoss_patch.errors import TargetError, UsageError
 from gptoss_patch.launcher import preflight
 from gptoss_patch.launcher.results import Status
 from tests.launcher.conftest import pending_summary, resolve, rows
-from tests.launcher.installs import build_install
 
 VERSIONS = ["0.17.1", "0.33.0"]
 ids = [f"vllm-{v}" for v in VERSIONS]
@@ -57,8 +56,8 @@ def test_a_typo_gets_a_did_you_mean(installs):
     assert check.message.endswith("did you mean VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS?")
 
 
-def test_a_deprecated_variable_warns_with_vllms_replacement(tmp_path):
-    inst = build_install(tmp_path / "venv", "0.22.1", patched=False)
+def test_a_deprecated_variable_warns_with_vllms_replacement(tmp_path, own_install):
+    inst = own_install(tmp_path / "venv", "0.22.1", patched=False)
     check = only(checks_for(inst, {"VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8": "1"}, allow_unpatched=True), "env")
     assert check.status is Status.WARN
     assert check.message == "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8 is deprecated in vLLM 0.22.1"
@@ -96,8 +95,8 @@ def test_unknown_flag_gets_a_did_you_mean(installs):
     assert check.message == "--enable-expert-paralel is not a flag of vLLM 0.33.0; did you mean --enable-expert-parallel?"
 
 
-def test_moe_backend_flag_does_not_exist_before_0170(tmp_path):
-    inst = build_install(tmp_path / "venv", "0.16.0", patched=False)
+def test_moe_backend_flag_does_not_exist_before_0170(tmp_path, own_install):
+    inst = own_install(tmp_path / "venv", "0.16.0", patched=False)
     check = only(checks_for(inst, extra_args=("--moe-backend", "marlin"), allow_unpatched=True), "flags")
     assert check.status is Status.FAIL and check.message.startswith("--moe-backend is not a flag of vLLM 0.16.0")
 
@@ -184,8 +183,8 @@ def test_binding_beyond_loopback_needs_a_key_or_consent(installs, host, environ,
     assert only(checks_for(installs["0.17.1"], environ, host=host, **options), "security").status is status
 
 
-def test_unpatched_fails_and_allow_unpatched_warns_loudly(tmp_path):
-    inst = build_install(tmp_path / "venv", "0.17.1", patched=False)
+def test_unpatched_fails_and_allow_unpatched_warns_loudly(tmp_path, own_install):
+    inst = own_install(tmp_path / "venv", "0.17.1", patched=False)
     check = only(checks_for(inst), "patches")
     assert check.status is Status.FAIL
     assert check.message == f"not clean: {pending_summary(inst)}" and "harmony_instructions pending" in check.message
@@ -203,14 +202,14 @@ def test_harmony_instructions_variable_follows_the_patch_state(installs, version
     assert plan.env_additions.get("VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS") == "1"
 
 
-def test_harmony_instructions_variable_not_set_while_pending(tmp_path):
-    plan = resolve(build_install(tmp_path / "venv", "0.17.1", patched=False), allow_unpatched=True)
+def test_harmony_instructions_variable_not_set_while_pending(tmp_path, own_install):
+    plan = resolve(own_install(tmp_path / "venv", "0.17.1", patched=False), allow_unpatched=True)
     assert "VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS" not in plan.env_additions
     assert any("harmony_instructions is pending" in note for note in plan.notes)
 
 
-def test_vocabulary_variables_only_before_0310(installs, session_cache):
-    directory = str(session_cache / "gptoss-patch" / "tiktoken")
+def test_vocabulary_variables_only_before_0310(installs, vocabulary):
+    directory = str(vocabulary / "gptoss-patch" / "tiktoken")
     assert resolve(installs["0.17.1"]).env_additions["TIKTOKEN_ENCODINGS_BASE"] == directory
     assert not any(name.startswith("TIKTOKEN_") for name in resolve(installs["0.33.0"]).env_additions)
 
@@ -252,9 +251,9 @@ def test_a_model_id_is_left_to_vllm(installs):
     assert only(checks_for(installs["0.17.1"], model="openai/gpt-oss-120b"), "model").status is Status.PASS
 
 
-def test_a_vllm_script_whose_interpreter_is_gone_stops_serve(tmp_path):
+def test_a_vllm_script_whose_interpreter_is_gone_stops_serve(tmp_path, own_install):
     """What a venv renamed after install looks like: the script is there, its #! names nothing."""
-    inst = build_install(tmp_path / "venv", "0.17.1")
+    inst = own_install(tmp_path / "venv", "0.17.1")
     script = tmp_path / "venv" / "bin" / "vllm"
     script.unlink()
     script.write_text(f"#!{tmp_path / 'renamed-away' / 'bin' / 'python'}\nimport sys\n")
@@ -275,8 +274,8 @@ def test_script_interpreter_reads_shebangs_and_pips_trampoline(tmp_path, head, e
     assert preflight.script_interpreter(script) == expected
 
 
-def test_a_missing_vllm_executable_stops_serve(tmp_path):
-    inst = build_install(tmp_path / "venv", "0.17.1")
+def test_a_missing_vllm_executable_stops_serve(tmp_path, own_install):
+    inst = own_install(tmp_path / "venv", "0.17.1")
     (tmp_path / "venv" / "bin" / "vllm").unlink()
     with pytest.raises(TargetError, match=r"^no vllm executable at .*/bin/vllm; reinstall vLLM there"):
         preflight.require_launchable(resolve(inst))

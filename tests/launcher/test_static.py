@@ -149,7 +149,8 @@ def test_last_value_follows_argparse_last_one_wins():
     assert static.last_value(["--host", "0.0.0.0", "--host=127.0.0.1"], "--host") == "127.0.0.1"
 
 
-@pytest.mark.parametrize(("version", "calls"), [("0.15.1", 158), ("0.17.1", 171), ("0.23.0", 204), ("0.33.0", 254)], ids=lambda v: f"vllm-{v}" if isinstance(v, str) else None)
+@pytest.mark.parametrize(("version", "calls"), [("0.15.1", 158), ("0.17.1", 171), ("0.23.0", 204), ("0.33.0", 254)],
+                         ids=lambda v: f"vllm-{v}" if isinstance(v, str) else None)
 def test_every_add_argument_call_of_arg_utils_is_seen(static_installs, version, calls):
     """The call counts of docs/vllm-layouts.md#serve-flags: no `--flag` registered in arg_utils.py is missed."""
     import ast

@@ -14,4 +14,5 @@
     crash_runner   runs the CLI with a fault hook installed (a script, started by safety)
     hook_driver    a long-lived process that loads the hook like vLLM does (a script, started by test_hook)
     failures       the pytest plugin that turns a failed download into one line
+    markers        @needs(marker) on a fixture marks every test that uses it; make check's selection
 """

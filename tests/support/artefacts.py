@@ -7,7 +7,8 @@ command that fetches it (conftest turns it into a one-line failure, never a skip
 
 The cache is `$GPTOSS_PATCH_CACHE` (default ~/.cache/gptoss-patch), wheels in its `wheels/`
 (`$GPTOSS_PATCH_WHEEL_CACHE` overrides, as for gptoss-patch itself). CI points it at an empty
-temporary directory, so nothing here may assume that an earlier test or run filled it.
+temporary directory, so nothing here may assume that an earlier test or run filled it. `make check`
+does too, and sets `GPTOSS_PATCH_TEST_OFFLINE`: there a miss is refused at once (tests/support/markers.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from tests.support.markers import OFFLINE_ENV
 
 DOWNLOAD_TIMEOUT = 900  # seconds for one `pip download` (a vLLM wheel is 250-510 MB)
 SOURCE = "PyPI (through pip's configured index)"
@@ -98,6 +101,7 @@ def fetch_command(requirement: str) -> str:
 
 
 def _download(cache: Path, requirement: str, name: str, version: str) -> Path:
+    _refuse_offline(requirement, cache)
     _progress(f"{requirement}: not in {cache}; downloading it with pip")
     why = "pip download failed"
     try:
@@ -112,6 +116,17 @@ def _download(cache: Path, requirement: str, name: str, version: str) -> Path:
         raise MissingArtefact(f"missing artefact: the {requirement} wheel from {SOURCE} is not in {cache} "
                               f"and could not be downloaded ({why}); fetch it with: {fetch_command(requirement)}")
     return found
+
+
+def _refuse_offline(requirement: str, cache: Path) -> None:
+    """Under `make check` (OFFLINE_ENV) nothing is fetched: the test that asked lacks its marker."""
+    if not os.environ.get(OFFLINE_ENV):
+        return
+    test = os.environ.get("PYTEST_CURRENT_TEST", "this test").rpartition(" (")[0] or "this test"
+    raise MissingArtefact(f"offline run ({OFFLINE_ENV}, make check): {test} needs the {requirement} wheel, "
+                          f"which is not in {cache}; a test that needs a download must carry the `upstream` marker "
+                          "(or `harness`/`server`), best from its fixture's @needs(...) (tests/support/markers.py), "
+                          "to stay out of make check")
 
 
 def _pip_download(cache: Path) -> list[str]:

@@ -51,7 +51,8 @@ def gptoss(
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}, check=False)
 
 
-def spawn(venv: Path, command: str, *args: str, at: Iterable[str] = (), trace: Path | None = None, env: Mapping[str, str] | None = None) -> subprocess.Popen[str]:
+def spawn(venv: Path, command: str, *args: str, at: Iterable[str] = (), trace: Path | None = None,
+          env: Mapping[str, str] | None = None) -> subprocess.Popen[str]:
     """Like gptoss(), started in the background."""
     points = [f"--at={p}" for p in at]
     wrapper = [str(RUNNER), *points, *(["--trace", str(trace)] if trace else []), "--"] if points or trace else ["-m", "gptoss_patch"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -38,7 +38,7 @@ ExtraArgs = Annotated[
 ]
 
 
-def deferred_options(model: str | None, **given: object) -> Callable[[], LaunchOptions]:
+def deferred_options(model: str | None, **given: Any) -> Callable[[], LaunchOptions]:
     """Validation of the command line, run by resolve_plan while the target probe runs."""
 
     def build() -> LaunchOptions:

@@ -8,8 +8,16 @@ import typer
 from gptoss_patch import engine, render
 from gptoss_patch.errors import ExitCode
 from gptoss_patch.options import (
-    JsonOption, OnlyOption, PythonOption, SkipOption, VenvOption, VerboseOption, VllmOption,
-    handles_errors, installation, selection,
+    JsonOption,
+    OnlyOption,
+    PythonOption,
+    SkipOption,
+    VenvOption,
+    VerboseOption,
+    VllmOption,
+    handles_errors,
+    installation,
+    selection,
 )
 
 DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Compute and show the diff; write nothing.")]

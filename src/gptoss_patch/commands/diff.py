@@ -8,9 +8,16 @@ from gptoss_patch import engine, render
 from gptoss_patch.commands.apply import WithDiffOption
 from gptoss_patch.errors import ExitCode
 from gptoss_patch.options import (
-    OnlyOption, PythonOption, SkipOption, VenvOption, VerboseOption, VllmOption, handles_errors, installation, selection,
+    OnlyOption,
+    PythonOption,
+    SkipOption,
+    VenvOption,
+    VerboseOption,
+    VllmOption,
+    handles_errors,
+    installation,
+    selection,
 )
-
 
 ExitCodeOption = Annotated[bool, typer.Option("--exit-code", help="Exit 1 when there is a diff (apply would change something).")]
 

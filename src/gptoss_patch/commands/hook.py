@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -19,6 +19,11 @@ from gptoss_patch.options import (
     installation,
     selection,
 )
+
+if TYPE_CHECKING:  # imported when a command runs
+    from pathlib import Path
+
+    from gptoss_patch.hook.installer import HookStatus
 
 hook_app = typer.Typer(no_args_is_help=True, add_completion=False)
 
@@ -81,7 +86,7 @@ def status(python: PythonOption = None, venv: VenvOption = None, json: JsonOptio
     _show(installer.status(inst), inst.python, json)
 
 
-def _show(result, python: str, json: bool, verb: str | None = None) -> None:  # result: installer.HookStatus
+def _show(result: HookStatus, python: str, json: bool, verb: str | None = None) -> None:
     from gptoss_patch import render
     from gptoss_patch.hook import installer
 
@@ -96,7 +101,7 @@ def _show(result, python: str, json: bool, verb: str | None = None) -> None:  # 
     raise typer.Exit(int(ExitCode.OK if result.ok else ExitCode.ACTION_NEEDED))
 
 
-def _table(result) -> None:  # result: installer.HookStatus
+def _table(result: HookStatus) -> None:
     from gptoss_patch import render
 
     state, verdict = result.state or {}, result.verdict
@@ -115,7 +120,7 @@ def _table(result) -> None:  # result: installer.HookStatus
     render.table(None, ("hook", "value"), [(k, render.escape(v)) for k, v in rows])
 
 
-def _site_packages(python: str | None, venv: str | None):  # -> Path
+def _site_packages(python: str | None, venv: str | None) -> Path:
     """vLLM's site-packages, else the interpreter's own: uninstall works after vLLM is gone too."""
     from gptoss_patch import target
     from gptoss_patch.errors import TargetError

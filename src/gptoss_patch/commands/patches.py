@@ -4,6 +4,7 @@ import typer
 
 from gptoss_patch import registry, render
 from gptoss_patch.options import JsonOption, OnlyOption, SkipOption, handles_errors, selection
+from gptoss_patch.spec import PatchSpec
 
 
 @handles_errors
@@ -21,7 +22,7 @@ def list_patches(only: OnlyOption = None, skip: SkipOption = None, json: JsonOpt
     render.table(None, ("id", "vllm versions", "target", "upstream", "summary"), rows)
 
 
-def _as_json(spec) -> dict:
+def _as_json(spec: PatchSpec) -> dict:
     return {
         "id": spec.id, "summary": spec.summary, "note": spec.note, "upstream": list(spec.upstream),
         "fixed_in": spec.fixed_in, "bands": [{"versions": b.versions, "target": f"vllm/{b.target}"} for b in spec.bands],

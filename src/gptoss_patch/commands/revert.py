@@ -6,8 +6,16 @@ import typer
 
 from gptoss_patch import engine, render
 from gptoss_patch.options import (
-    JsonOption, OnlyOption, PythonOption, SkipOption, VenvOption, VerboseOption, VllmOption,
-    handles_errors, installation, selection,
+    JsonOption,
+    OnlyOption,
+    PythonOption,
+    SkipOption,
+    VenvOption,
+    VerboseOption,
+    VllmOption,
+    handles_errors,
+    installation,
+    selection,
 )
 
 ForceOption = Annotated[bool, typer.Option("--force", help="Restore originals even over files changed since apply.")]

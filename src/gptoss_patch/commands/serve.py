@@ -25,13 +25,15 @@ from gptoss_patch.options import PythonOption, VenvOption, VerboseOption, VllmOp
 
 if TYPE_CHECKING:  # imported when `serve` runs: every other command starts without them
     from gptoss_patch.launcher import runner
-    from gptoss_patch.launcher.results import LaunchPlan, RunOutcome
+    from gptoss_patch.launcher.results import LaunchPlan, RunOutcome, SmokeReport
 
 PrintScriptOption = Annotated[bool, typer.Option("--print-script", help="Write the equivalent bash script to stdout instead.")]
 DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Print the resolved environment and command; start nothing.")]
 SmokeOption = Annotated[bool, typer.Option("--smoke", help="Once ready, run the smoke canary; stop vLLM if it fails.")]
 LogFileOption = Annotated[
-    Path | None, typer.Option("--log-file", metavar="PATH", help="Also write vLLM's log here (default: a new file under the XDG state dir).", show_default=False)
+    Path | None,
+    typer.Option("--log-file", metavar="PATH", help="Also write vLLM's log here (default: a new file under the XDG state dir).",
+                 show_default=False),
 ]
 
 
@@ -97,7 +99,7 @@ def _hooks(plan: LaunchPlan, run_smoke: bool) -> runner.Hooks:
     from gptoss_patch import render
     from gptoss_patch.launcher import plan as planning, runner
 
-    def canary():
+    def canary() -> SmokeReport:
         from gptoss_patch.launcher import smoke
 
         report = smoke.run_smoke(planning.server_url(plan), model=planning.served_model(plan), api_key=planning.api_key(plan))

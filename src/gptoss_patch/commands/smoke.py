@@ -13,7 +13,9 @@ ModelOption = Annotated[
     str | None, typer.Option("--model", metavar="NAME", help="Model name to send (default: the first of /v1/models).", show_default=False)
 ]
 ApiKeyOption = Annotated[
-    str | None, typer.Option("--api-key", envvar="VLLM_API_KEY", metavar="KEY", help="Bearer key; default: $VLLM_API_KEY.", show_default=False, show_envvar=False)
+    str | None,
+    typer.Option("--api-key", envvar="VLLM_API_KEY", metavar="KEY", help="Bearer key; default: $VLLM_API_KEY.",
+                 show_default=False, show_envvar=False),
 ]
 TimeoutOption = Annotated[float, typer.Option("--timeout", metavar="SECONDS", help="Give up on the request after this long.")]
 

@@ -5,8 +5,16 @@ import typer
 from gptoss_patch import engine, render
 from gptoss_patch.errors import ExitCode
 from gptoss_patch.options import (
-    JsonOption, OnlyOption, PythonOption, SkipOption, VenvOption, VerboseOption, VllmOption,
-    handles_errors, installation, selection,
+    JsonOption,
+    OnlyOption,
+    PythonOption,
+    SkipOption,
+    VenvOption,
+    VerboseOption,
+    VllmOption,
+    handles_errors,
+    installation,
+    selection,
 )
 
 

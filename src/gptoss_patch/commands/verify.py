@@ -19,7 +19,7 @@ from gptoss_patch.options import (
     installation,
     selection,
 )
-from gptoss_patch.spec import State
+from gptoss_patch.spec import Report, State
 
 BehaviourOption = Annotated[
     bool,
@@ -56,7 +56,7 @@ def verify(
     raise typer.Exit(int(ExitCode.ACTION_NEEDED if failed else ExitCode.OK))
 
 
-def _behaviour(report, verbose: bool) -> list:
+def _behaviour(report: Report, verbose: bool) -> list:
     from gptoss_patch.verify import behaviour
     from gptoss_patch.verify.probes import probe_ids
 

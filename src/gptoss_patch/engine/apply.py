@@ -86,8 +86,9 @@ def _plan_apply(
     plans = [_plan_file(ctx, rel, todo, diff_blobs.get(rel, [])) for rel, todo in by_file.items()]
     diffs = {p.rel: unified_diff(p.rel, p.before or b"", p.after) if dry_run else "" for p in plans}
     done = {s.id for todo in by_file.values() for s in todo}
-    after = {"state": State.PENDING, "reason": "would be patched"} if dry_run else {"state": State.APPLIED, "reason": "patched"}
-    results = [replace(r, changed=True, diff=diffs[r.file], **after) if r.id in done else r for r in results]
+    state, reason = (State.PENDING, "would be patched") if dry_run else (State.APPLIED, "patched")
+    results = [replace(r, changed=True, diff=diffs[r.file or ""], state=state, reason=reason) if r.id in done else r
+               for r in results]
     return plans, results
 
 

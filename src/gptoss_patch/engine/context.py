@@ -37,7 +37,8 @@ class Context:
         """Each source is parsed once per command: the dry runs and the rewrite share the tree."""
         if text not in self.parsed:
             self.parsed[text] = _parse(text)
-        return self.parsed[text]
+        parsed: tuple[Any, bool] = self.parsed[text]
+        return parsed
 
     def dry_run(self, spec: PatchSpec, text: str) -> None:
         """Raise PatchFailed if `spec` cannot rewrite `text` (no code is generated)."""
@@ -48,7 +49,7 @@ class Context:
         module, crlf = self.parse(text)
         for spec in specs:
             module = _rewrite(spec, module, self.package)
-        code = module.code
+        code: str = module.code
         return code.replace("\n", "\r\n") if crlf else code
 
     @property

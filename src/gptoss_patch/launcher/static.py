@@ -10,7 +10,7 @@ import ast
 import difflib
 import hashlib
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -170,9 +170,9 @@ def _environment_variables_dict(tree: ast.Module) -> ast.Dict | None:
     for node in tree.body:
         targets = [node.target] if isinstance(node, ast.AnnAssign) else getattr(node, "targets", [])
         value = getattr(node, "value", None)
-        if any(isinstance(t, ast.Name) and t.id == "environment_variables" for t in targets):
-            if isinstance(value, ast.Dict):
-                return value
+        named = any(isinstance(t, ast.Name) and t.id == "environment_variables" for t in targets)
+        if named and isinstance(value, ast.Dict):
+            return value
     return None
 
 
@@ -259,7 +259,7 @@ def _frontend_dataclass_flags(tree: ast.Module) -> set[str]:
     return flags
 
 
-def _classes(tree: ast.Module, wanted) -> Iterator[ast.ClassDef]:
+def _classes(tree: ast.Module, wanted: Callable[[str], bool]) -> Iterator[ast.ClassDef]:
     return (node for node in tree.body if isinstance(node, ast.ClassDef) and wanted(node.name))
 
 
@@ -295,6 +295,8 @@ def read_moe_backend_choices(package_root: Path) -> tuple[str, ...]:
         targets = [node.target] if isinstance(node, ast.AnnAssign) else getattr(node, "targets", [])
         if any(isinstance(t, ast.Name) and t.id == "MoEBackend" for t in targets):
             value = getattr(node, "value", None)
+            if value is None:
+                return ()
             return tuple(c.value for c in ast.walk(value) if isinstance(c, ast.Constant) and isinstance(c.value, str))
     return ()
 

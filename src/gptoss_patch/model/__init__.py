@@ -157,7 +157,8 @@ def build(python: str | Path, out: Path, recipe: Recipe, vocab_file: Path, *, ti
 def read_stamp(model_dir: Path) -> dict[str, Any] | None:
     """What built `model_dir` (recipe, digest, seconds), or None if it is not a complete build."""
     try:
-        return json.loads((Path(model_dir) / STAMP).read_text(encoding="utf-8"))
+        stamp: dict[str, Any] = json.loads((Path(model_dir) / STAMP).read_text(encoding="utf-8"))
+        return stamp
     except (OSError, ValueError):
         return None
 

@@ -67,7 +67,7 @@ class PatchCodemod:
         if not self.in_scope(statement):
             return [statement]
         if isinstance(statement, cst.ClassDef):
-            members = [new for member in statement.body.body for new in self._visit_member(member)]
+            members = [new for member in statement.body.body for new in self._visit_member(member)]  # type: ignore[arg-type]
             return [statement.with_changes(body=statement.body.with_changes(body=members))]
         return _flatten(self.walk(statement))
 
@@ -116,7 +116,7 @@ def code(node: cst.CSTNode) -> str:
     return "".join(_EMPTY.code_for_node(node).split())
 
 
-def defines(statement: cst.BaseStatement, name: str) -> bool:
+def defines(statement: cst.CSTNode, name: str) -> bool:
     """A `def name` or `class name` statement."""
     return isinstance(statement, (cst.FunctionDef, cst.ClassDef)) and statement.name.value == name
 
@@ -125,7 +125,7 @@ def class_has_method(statement: cst.BaseStatement, name: str) -> bool:
     return isinstance(statement, cst.ClassDef) and any(defines(m, name) for m in statement.body.body)
 
 
-def small_statement(statement: cst.BaseStatement) -> cst.BaseSmallStatement | None:
+def small_statement(statement: cst.CSTNode) -> cst.BaseSmallStatement | None:
     """The only small statement of a simple line (`x = f()`), else None."""
     if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
         return statement.body[0]

@@ -104,18 +104,18 @@ def codemod() -> "type[PatchCodemod]":
 
     from gptoss_patch.patches._base import PatchCodemod, class_has_method, code, defines, parse_statements
 
-    def anchors_at(body: list[cst.BaseStatement], i: int) -> bool:
+    def anchors_at(body: list[cst.CSTNode], i: int) -> bool:
         """The four statements of the unpatched builder that the helper call replaces, in order."""
         window = [small_statement_code(s) for s in body[i : i + 4]]
         return (
             len(window) == 4
             and window[0] is not None and window[0].startswith("sys_msg=get_system_message(")
             and window[1] == "messages.append(sys_msg)"
-            and isinstance(body[i + 2], cst.If) and code(body[i + 2].test) == "request.tools"
+            and isinstance(third := body[i + 2], cst.If) and code(third.test) == "request.tools"
             and window[3] is not None and window[3].startswith("messages.extend(parse_chat_inputs_to_harmony_messages(")
         )
 
-    def small_statement_code(statement: cst.BaseStatement) -> str | None:
+    def small_statement_code(statement: cst.CSTNode) -> str | None:
         if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
             return code(statement.body[0])
         return None

@@ -71,7 +71,7 @@ def codemod() -> "type[PatchCodemod]":
         small_statement,
     )
 
-    def unguarded_call(statement: cst.BaseStatement) -> str | None:
+    def unguarded_call(statement: cst.CSTNode) -> str | None:
         """The receiver of an unguarded `<parser>.process(token_id)` statement, else None."""
         small = small_statement(statement)
         return UNGUARDED.get(code(small.value)) if isinstance(small, cst.Expr) else None

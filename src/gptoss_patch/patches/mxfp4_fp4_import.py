@@ -69,7 +69,7 @@ def codemod() -> "type[PatchCodemod]":
             definer = defining_module(self.package)
             if definer is None:
                 raise Drift(f"no module of the installed vLLM defines {NAME} (looked in {', '.join(DEFINERS)})")
-            if len(updated.names) != 1:
+            if isinstance(updated.names, cst.ImportStar) or len(updated.names) != 1:
                 raise Drift(f"{NAME} is imported together with other names from {source}; split the import first")
             self.hit()
             return updated.with_changes(module=cst.parse_expression(definer), relative=())

@@ -30,7 +30,7 @@ def locate():
     root = list(spec.submodule_search_locations)[0]
     for relpath, module, cls in LOCATIONS:
         path = os.path.join(root, relpath)
-        if os.path.isfile(path) and "def {}(".format(METHOD) in _read(path):
+        if os.path.isfile(path) and f"def {METHOD}(" in _read(path):
             return module, cls
     raise NoBuilder("no {} in {}".format(METHOD, ", ".join(loc[0] for loc in LOCATIONS)))
 
@@ -44,7 +44,7 @@ class Builder:
     def __init__(self):
         module_name, class_name = locate()
         module = importlib.import_module(module_name)
-        self.where = "{}.{}.{}".format(module_name, class_name, METHOD)
+        self.where = f"{module_name}.{class_name}.{METHOD}"
         self.request_class = module.ChatCompletionRequest  # the serving module imports it by name
         self.server = object.__new__(getattr(module, class_name))
         self.server.supports_browsing = False

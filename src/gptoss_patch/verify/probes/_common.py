@@ -57,7 +57,7 @@ def exception_line(exc):
     if not frames:
         return summary
     where = frames[-1]
-    return "{} (at {}:{})".format(summary, _short(where.filename), where.lineno)
+    return f"{summary} (at {_short(where.filename)}:{where.lineno})"
 
 
 def _short(filename):

@@ -23,8 +23,8 @@ def run(verbose):
             text = builder.decode(builder.build(builder.request({"messages": MESSAGES})))
         parts = sections(text)
         seen.append("{}{}: {}".format(FLAG, label, ", ".join(role for role, _ in parts)))
-        problems += ["{}{}: {}".format(FLAG, label, p) for p in check(parts, to_system=value == "1")]
-        rendered.append("--- {}{}\n{}".format(FLAG, label, text))
+        problems += [f"{FLAG}{label}: {p}" for p in check(parts, to_system=value == "1")]
+        rendered.append(f"--- {FLAG}{label}\n{text}")
     detail = "\n".join(rendered) if verbose else ""
     if problems:
         return {"passed": False, "evidence": "; ".join(problems), "detail": detail}

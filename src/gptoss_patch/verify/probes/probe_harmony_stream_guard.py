@@ -30,12 +30,12 @@ def run(verbose):
             if step(token) is False:
                 skipped.append(token)
     except HarmonyError as exc:
-        return {"passed": False, "evidence": "the stream aborted at a malformed token ({}): {}".format(where, exc)}
+        return {"passed": False, "evidence": f"the stream aborted at a malformed token ({where}): {exc}"}
     texts = [part.text for message in parser.messages for part in message.content]
-    detail = "messages: {!r}; skipped tokens: {}".format(texts, skipped) if verbose else ""
+    detail = f"messages: {texts!r}; skipped tokens: {skipped}" if verbose else ""
     if texts != ["Hello", " world"] or len(skipped) != 1:
-        return {"passed": False, "evidence": "unexpected result ({}): messages {!r}, skipped {}".format(where, texts, skipped)}
-    return {"passed": True, "evidence": "{}: skipped token {}, the stream went on: {!r}".format(where, skipped[0], texts), "detail": detail}
+        return {"passed": False, "evidence": f"unexpected result ({where}): messages {texts!r}, skipped {skipped}"}
+    return {"passed": True, "evidence": f"{where}: skipped token {skipped[0]}, the stream went on: {texts!r}", "detail": detail}
 
 
 def _installed_step(parser):
@@ -45,7 +45,7 @@ def _installed_step(parser):
     module = importlib.import_module(name)  # a missing dependency is reported as such by run.py
     helper = getattr(module, HELPER, None)
     if helper is not None:
-        return (lambda token: helper(parser, token)), "{}.{}".format(name, HELPER)
+        return (lambda token: helper(parser, token)), f"{name}.{HELPER}"
     if version >= (0, 24):
         raise NoBuilder("vLLM 0.24+ streams through HarmonyParser.process_chunk, which needs a tokenizer to build; "
                         "use `gptoss-patch status` for its state")

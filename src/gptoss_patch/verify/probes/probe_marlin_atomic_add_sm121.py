@@ -23,16 +23,16 @@ def run(verbose):
     marlin_utils = importlib.import_module(package + ".marlin_utils")
     function = marlin_utils.should_use_atomic_add_reduce
     observed = [(cap, value, expected, _call(torch, function, cap, value)) for cap, value, expected in CASES]
-    lines = ["cc {} {}: {}".format(cap, _label(value), got) for cap, value, _, got in observed]
+    lines = [f"cc {cap} {_label(value)}: {got}" for cap, value, _, got in observed]
     problems = [
-        "cc {} {} returned {}, expected {}".format(cap, _label(value), got, want)
+        f"cc {cap} {_label(value)} returned {got}, expected {want}"
         for cap, value, want, got in observed
         if got is not want
     ]
     for sibling in SIBLINGS:
         module = importlib.import_module(package + "." + sibling)
         if getattr(module, "should_use_atomic_add_reduce", function) is not function:
-            problems.append("{}.should_use_atomic_add_reduce is not marlin_utils' function".format(sibling))
+            problems.append(f"{sibling}.should_use_atomic_add_reduce is not marlin_utils' function")
     call = "should_use_atomic_add_reduce(m=1, n=1024, k=4096, cuda:0, float16)"
     detail = "\n".join(lines) if verbose else ""
     if problems:
@@ -52,4 +52,4 @@ def _call(torch, function, capability, value):
 
 
 def _label(value):
-    return "{} unset".format(ENV) if value is None else "{}={}".format(ENV, value)
+    return f"{ENV} unset" if value is None else f"{ENV}={value}"

@@ -37,9 +37,9 @@ def run_one(probe_id, verbose):
         return module.run(verbose)
     except ModuleNotFoundError as exc:  # a dependency of vLLM itself; one at a time is all Python tells
         name = distribution(exc.name or "?")
-        return {"passed": None, "missing": [name], "evidence": "{}{} ({})".format(MISSING, name, exception_line(exc))}
+        return {"passed": None, "missing": [name], "evidence": f"{MISSING}{name} ({exception_line(exc)})"}
     except NoBuilder as exc:
-        return {"passed": None, "evidence": "cannot run here: {}".format(exc)}
+        return {"passed": None, "evidence": f"cannot run here: {exc}"}
     except Exception as exc:  # a crash inside vLLM is this probe's failure, never a pass
         return {"passed": False, "evidence": "crashed: " + exception_line(exc)}
 
