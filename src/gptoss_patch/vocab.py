@@ -129,7 +129,23 @@ def export_lines(variables: Mapping[str, str]) -> list[str]:
     return [f"export {name}={shlex.quote(value)}" for name, value in variables.items()]
 
 
+def serve_exports(environ: Mapping[str, str]) -> dict[str, str]:
+    """What `gptoss-patch serve` exports for the vocabulary: gptoss-patch's directory, unless the user chose one."""
+    if ENCODINGS_BASE in environ or RS_CACHE_DIR in environ:
+        return {}
+    return exports(default_dir())
+
+
 # --- status ---------------------------------------------------------------------------------------
+
+
+def status_for_serve(environ: Mapping[str, str]) -> VocabStatus:
+    """What a server started by `gptoss-patch serve` would load: `status` with serve's exports added.
+
+    `doctor`'s vocab check and `vocab status` both come here, so they cannot disagree.
+    """
+    return status({**environ, **serve_exports(environ)})
+
 
 
 def status(environ: Mapping[str, str]) -> VocabStatus:

@@ -69,19 +69,25 @@ def status(json_output: JsonOption = False) -> None:
 
     Follows harmony's order: TIKTOKEN_ENCODINGS_BASE, else TIKTOKEN_RS_CACHE_DIR/<sha1 of the URL>,
     else $TMPDIR/tiktoken-rs-cache/<sha1>. Exit 0 when it would load offline, 1 when it would fail
-    or try to download.
+    or try to download. When neither variable is set, a second line gives the verdict for
+    `gptoss-patch serve`, which exports gptoss-patch's vocabulary directory: the one `doctor` reports.
     """
     from gptoss_patch import vocab  # here, not at the top: every other command starts without it
 
     found = vocab.status(os.environ)
+    exports = vocab.serve_exports(os.environ)
+    for_serve = vocab.status_for_serve(os.environ) if exports else found
     if json_output:
-        clikit.echo(_json(found.to_json()))
+        clikit.echo(_json({**found.to_json(), "serve": {**for_serve.to_json(), "exports": exports}}))
     else:
         mark = "ok" if found.ok else "NOT OK"
         clikit.echo(f"{mark}: {found.reason}")
         clikit.echo(f"  source: {found.source}")
         if found.sha256:
             clikit.echo(f"  sha256: {found.sha256}")
+        if exports:
+            verdict = "ok" if for_serve.ok else "NOT OK"
+            clikit.echo(f"  with gptoss-patch serve (it exports {', '.join(exports)}): {verdict}")
         if not found.ok:
             clikit.echo("  fix: gptoss-patch vocab install, then export the variables it prints")
     if not found.ok:
