@@ -7,7 +7,7 @@ import os
 import click
 
 from gptoss_patch import __version__, commands
-from gptoss_patch.clikit import LazyGroup
+from gptoss_patch.clikit import LazyGroup, common_options
 
 # A module whose command has another name (`list` is a builtin's name, so its module is patches.py).
 _COMMAND_NAMES = {"patches": "list"}
@@ -39,7 +39,9 @@ Exit codes: 0 ok, 1 action needed, 2 usage, 3 patch failed, 4 target (interprete
             ["--version", "-V"], is_flag=True, expose_value=False, is_eager=True, callback=_version,
             help="Show the version and exit.",
         ),
+        *common_options(verbose=True),
     ],  # fmt: skip
+    callback=lambda **_: None,  # the options are read by each command (clikit._apply_common)
 )
 
 

@@ -62,6 +62,28 @@ class Argument:
         object.__setattr__(self, "metavar", metavar)
 
 
+class _Formatter(click.HelpFormatter):
+    """click's help, re-flowed per paragraph, but never broken at a hyphen (`gptoss-` / `patch`, `out-` / `of-range`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        from click import _textwrap
+
+        if not getattr(_textwrap.TextWrapper, "whole_words", False):  # click's wrap_text imports it at each call
+
+            class WholeWords(_textwrap.TextWrapper):
+                whole_words = True
+
+                def __init__(self, *args: Any, **kwargs: Any) -> None:
+                    super().__init__(*args, **{**kwargs, "break_on_hyphens": False, "break_long_words": False})
+
+            _textwrap.TextWrapper = WholeWords  # type: ignore[misc]
+        super().__init__(*args, **kwargs)
+
+
+class _Context(click.Context):
+    formatter_class = _Formatter
+
+
 def plain(text: str | None) -> str | None:
     """Help text without rich markup (`[bold]x[/]` -> `x`)."""
     return None if text is None else _MARKUP.sub("", text)
@@ -98,6 +120,8 @@ def _parameter(name: str, hint: Any, default: Any) -> click.Parameter:
         )  # fmt: skip
     decls = [*(marker.decls if marker else (f"--{name.replace('_', '-')}",)), name]
     extra = dict(marker.extra) if marker else {}
+    if extra.pop("count", False):  # -v, -vv: additive
+        return click.Option(decls, count=True, default=int(default or 0), help=plain(marker and marker.help), **extra)
     if base is bool:  # a flag; `--x/--no-x` keeps a None default (neither given)
         paired = any("/" in d for d in decls)
         flag_default = default if paired else bool(default) if not required else False
@@ -119,28 +143,65 @@ def _arguments_help(params: list[click.Parameter], func: Callable[..., Any]) -> 
     return "\b\n" + "\n".join(lines) if lines else ""
 
 
+COLORS = ("auto", "always", "never")
+
+
+def common_options(*, verbose: bool = False) -> list[click.Parameter]:
+    """The output options every command takes (and the root, where `-v` is there too): the last word wins."""
+    params: list[click.Parameter] = [
+        click.Option(["-q", "--quiet", "quiet"], is_flag=True, default=False, help="Print only errors, warnings and the result (tables, JSON, diffs)."),
+        click.Option(
+            ["--color", "color"], type=click.Choice(COLORS), default=None, metavar="auto|always|never",
+            help="Colour the output: auto (a terminal, unless NO_COLOR is set; FORCE_COLOR forces it), always or never.",
+        ),
+    ]  # fmt: skip
+    if verbose:
+        params.append(click.Option(["-v", "--verbose", "verbose"], count=True, default=0, help="More detail; repeat for more (-vv)."))
+    return params
+
+
+def _apply_common(kwargs: dict[str, Any], takes_verbose: bool) -> None:
+    """Merge the root's -q/-v/--color into the command's, and hand the result to render (only when set)."""
+    ctx = click.get_current_context(silent=True)
+    root = ctx.find_root().params if ctx is not None else {}
+    quiet = bool(kwargs.pop("quiet", False) or root.get("quiet"))
+    color = kwargs.pop("color", None) or root.get("color")
+    if takes_verbose and root.get("verbose"):
+        kwargs["verbose"] = int(kwargs.get("verbose") or 0) + int(root["verbose"])
+    if quiet or color:
+        from gptoss_patch import render
+
+        render.configure(quiet=quiet, color=color)
+
+
 def build(func: Callable[..., Any], name: str, **attrs: Any) -> click.Command:
     """The click command for `func`: its parameters in signature order, its docstring as the help."""
     hints = typing.get_type_hints(func, include_extras=True)
-    params = [
-        _parameter(p.name, hints.get(p.name, str), p.default) for p in inspect.signature(func).parameters.values()
-    ]
+    signature = inspect.signature(func).parameters
+    params = [_parameter(p.name, hints.get(p.name, str), p.default) for p in signature.values()]
+    takes_verbose = "verbose" in signature
+    params += common_options()
     doc = inspect.cleandoc(func.__doc__ or "")
     args_help = _arguments_help(params, func)
     help_text = plain("\n\n".join(part for part in (doc, args_help) if part))
     short = plain(doc.split("\n\n", 1)[0].replace("\n", " ")) if doc else None
 
     def callback(**kwargs: Any) -> Any:
+        _apply_common(kwargs, takes_verbose)
         for key, value in kwargs.items():
             if isinstance(value, tuple):  # click's `multiple`/nargs=-1 give tuples; the functions take lists or None
                 kwargs[key] = list(value) or None
         return func(**kwargs)
 
-    return click.Command(name, callback=callback, params=params, help=help_text, short_help=short, context_settings=CONTEXT, **attrs)
+    command = click.Command(name, callback=callback, params=params, help=help_text, short_help=short, context_settings=CONTEXT, **attrs)
+    command.context_class = _Context
+    return command
 
 
 class App(click.Group):
     """A click group whose `command()` builds from annotations; `add_app` nests a sub-group."""
+
+    context_class = _Context
 
     def __init__(self, name: str | None = None, **attrs: Any) -> None:
         attrs.setdefault("context_settings", CONTEXT)

@@ -22,14 +22,28 @@ VllmOption = Annotated[
     str | None,
     clikit.Option("--vllm", metavar="VERSION", help="Fail unless the installed vLLM is exactly this version.", show_default=False),
 ]
+
+
+def _patch_ids(_ctx: object, _param: object, incomplete: str) -> list[str]:
+    """Shell completion for --only/--skip: the patch ids."""
+    from gptoss_patch import registry
+
+    return [spec.id for spec in registry.all_specs() if spec.id.startswith(incomplete)]
+
+
 OnlyOption = Annotated[
-    list[str] | None, clikit.Option("--only", metavar="ID", help="Act on this patch only (repeatable).", show_default=False)
+    list[str] | None,
+    clikit.Option("--only", metavar="ID", help="Act on this patch only (repeatable).", shell_complete=_patch_ids),
 ]
 SkipOption = Annotated[
-    list[str] | None, clikit.Option("--skip", metavar="ID", help="Leave this patch out (repeatable).", show_default=False)
+    list[str] | None,
+    clikit.Option("--skip", metavar="ID", help="Leave this patch out (repeatable).", shell_complete=_patch_ids),
 ]
 JsonOption = Annotated[bool, clikit.Option("--json", help="Print machine-readable JSON on stdout.")]
-VerboseOption = Annotated[bool, clikit.Option("--verbose", "-v", help="More detail; tracebacks for unexpected errors.")]
+VerboseOption = Annotated[
+    int, clikit.Option("--verbose", "-v", count=True, help="More detail (repeatable, -vv); tracebacks for unexpected errors.")
+]
+WideOption = Annotated[bool, clikit.Option("--wide", help="Never leave a column out to fit the terminal (-v does too).")]
 
 F = TypeVar("F", bound=Callable[..., Any])
 

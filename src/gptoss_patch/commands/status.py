@@ -3,7 +3,7 @@
 from gptoss_patch import clikit, engine, render
 from gptoss_patch.errors import ExitCode
 from gptoss_patch.options import (
-    JsonOption, OnlyOption, PythonOption, SkipOption, VenvOption, VerboseOption, VllmOption,
+    JsonOption, OnlyOption, PythonOption, SkipOption, VenvOption, VerboseOption, VllmOption, WideOption,
     handles_errors, installation, selection,
 )
 
@@ -12,6 +12,7 @@ from gptoss_patch.options import (
 def status(
     python: PythonOption = None, venv: VenvOption = None, vllm: VllmOption = None,
     only: OnlyOption = None, skip: SkipOption = None, json: JsonOption = False, verbose: VerboseOption = False,
+    wide: WideOption = False,
 ) -> None:
     """Show each patch's state: applied, pending, not-needed, fixed-upstream, out-of-range, drifted, modified."""
     chosen = selection(only, skip)
@@ -21,7 +22,7 @@ def status(
     if json:
         render.report_json(report, clean=clean)
     else:
-        render.status_table(report)
+        render.status_table(report, wide=wide or bool(verbose))
     raise clikit.Exit(int(ExitCode.OK if clean else ExitCode.ACTION_NEEDED))
 
 
