@@ -40,7 +40,7 @@ Exit codes: 0 ok, 1 action needed, 2 usage, 3 patch failed, 4 target (interprete
             help="Show the version and exit.",
         ),
         *common_options(verbose=True),
-    ],  # fmt: skip
+    ],
     callback=lambda **_: None,  # the options are read by each command (clikit._apply_common)
 )
 

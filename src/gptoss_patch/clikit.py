@@ -121,14 +121,14 @@ def _parameter(name: str, hint: Any, default: Any) -> click.Parameter:
     decls = [*(marker.decls if marker else (f"--{name.replace('_', '-')}",)), name]
     extra = dict(marker.extra) if marker else {}
     if extra.pop("count", False):  # -v, -vv: additive
-        return click.Option(decls, count=True, default=int(default or 0), help=plain(marker and marker.help), **extra)
+        return click.Option(decls, count=True, default=int(default or 0), help=plain(marker.help if marker else None), **extra)
     if base is bool:  # a flag; `--x/--no-x` keeps a None default (neither given)
         paired = any("/" in d for d in decls)
         flag_default = default if paired else bool(default) if not required else False
-        return click.Option(decls, is_flag=True, default=flag_default, help=plain(marker and marker.help), **extra)
+        return click.Option(decls, is_flag=True, default=flag_default, help=plain(marker.help if marker else None), **extra)
     return click.Option(
         decls, type=_click_type(base), multiple=many, required=required, default=None if required else default,
-        help=plain(marker and marker.help), metavar=marker and marker.metavar, **extra,
+        help=plain(marker.help if marker else None), metavar=marker.metavar if marker else None, **extra,
     )  # fmt: skip
 
 

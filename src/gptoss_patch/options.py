@@ -60,8 +60,14 @@ def handles_errors(func: F) -> F:
         except GptossPatchError as exc:
             from gptoss_patch import render
 
-            render.error(str(exc), exc.hint)
-            _json_error(kwargs, int(exc.exit_code), str(exc), exc.hint)
+            message, detail = one_line(str(exc), exc.detail)
+            hint = exc.hint
+            if detail and not kwargs.get("verbose"):
+                hint = f"{hint}; -v shows the details" if hint else "re-run with -v for the details"
+            render.error(message, hint)
+            if detail and kwargs.get("verbose"):
+                render.detail(detail)
+            _json_error(kwargs, int(exc.exit_code), message, hint)
             raise clikit.Exit(int(exc.exit_code)) from None
         except KeyboardInterrupt:
             from gptoss_patch import render
@@ -79,6 +85,13 @@ def handles_errors(func: F) -> F:
             raise clikit.Exit(int(ExitCode.PATCH_FAILED)) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def one_line(message: str, detail: str | None = None) -> tuple[str, str]:
+    """The error line (the message's first line) and everything else, which only -v shows."""
+    first, *rest = message.strip().splitlines() or ["unknown error"]
+    lines = [*rest, *(detail or "").splitlines()]
+    return first, "\n".join(line.rstrip() for line in lines if line.strip())
 
 
 def _json_error(kwargs: dict[str, Any], code: int, message: str, hint: str | None) -> None:

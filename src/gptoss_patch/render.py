@@ -65,6 +65,12 @@ def error(message: str, hint: str | None = None) -> None:
         err.print(f"[dim]hint:[/] {escape(hint)}")
 
 
+def detail(text: str) -> None:
+    """What an error leaves out of its one line (-v): a subprocess's output, indented and dim."""
+    for line in text.splitlines():
+        err.print(f"  {escape(line)}", style="dim")
+
+
 def warn(message: str) -> None:
     err.print(f"[yellow]warning:[/] {escape(message)}")
 

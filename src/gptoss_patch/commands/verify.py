@@ -40,14 +40,14 @@ def verify(
     report = engine.verify(installation(python, venv, vllm), selection(only, skip))
     render.detected(report)
     failed = any(r.error or r.state.needs_action for r in report.results)
-    probes = _behaviour(report, verbose) if behaviour else []
+    probes = _behaviour(report, bool(verbose)) if behaviour else []
     failed |= any(p.passed is not True for p in probes)
     if json:
         render.report_json(report, ok=not failed, **({"behaviour": [p.to_json() for p in probes]} if behaviour else {}))
     else:
         render.status_table(report)
         if behaviour:
-            render.probe_table(probes, verbose=verbose)
+            render.probe_table(probes, verbose=bool(verbose))
     for r in report.results:
         if r.error:
             render.error(f"{r.id}: {r.error}")

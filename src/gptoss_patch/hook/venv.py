@@ -208,7 +208,7 @@ def installed_versions(python: Path, names: list[str] | None) -> dict[str, str]:
     wanted = None if names is None else [_norm(n) for n in names]
     proc = subprocess.run([str(python), "-c", _PROBE, json.dumps(wanted)], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        raise TargetError(f"{python} is not a usable Python interpreter: {_last_line(proc.stderr)}")
+        raise TargetError(f"{python} is not a usable Python interpreter: {_last_line(proc.stderr)}", detail=proc.stderr)
     found = json.loads(proc.stdout)
     return found if names is None else {n: found[_norm(n)] for n in names if _norm(n) in found}
 
@@ -356,7 +356,7 @@ def _install_error(what: str, output: str) -> TargetError:
     if _NOT_FOUND.search(output):
         return TargetError(f"{what} is not available from the package index; nothing was left installed",
                            hint="check the version (pip index versions vllm)")
-    return TargetError(f"installing {what} failed: {_last_error(output)}; nothing was left installed")
+    return TargetError(f"installing {what} failed: {_last_error(output)}; nothing was left installed", detail=output)
 
 
 def _last_error(output: str) -> str:
@@ -373,7 +373,7 @@ def _last_line(text: str) -> str:
 def _checked(command: list[str], what: str) -> None:
     proc = subprocess.run(command, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        raise TargetError(f"{what} failed: {_last_line(proc.stderr)}")
+        raise TargetError(f"{what} failed: {_last_line(proc.stderr)}", detail=proc.stderr)
 
 
 def run_streamed(command: list[str], echo: Callable[[str], None] | None) -> subprocess.CompletedProcess[str]:
