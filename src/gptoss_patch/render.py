@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
@@ -78,6 +79,20 @@ def warn(message: str) -> None:
 def info(message: str) -> None:
     if not QUIET:
         err.print(escape(message))
+
+
+@contextmanager
+def spinner(label: str) -> Iterator[None]:
+    """A spinner with the elapsed time while a long step runs, on a terminal only (a pipe or a log gets the
+    step's own start and end lines, which the caller prints either way); nothing under -q."""
+    if QUIET or not err.is_terminal:
+        yield
+        return
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err, transient=True) as bar:
+        bar.add_task(escape(label), total=None)
+        yield
 
 
 def json_out(payload: Any) -> None:

@@ -64,6 +64,7 @@ def create(
         base_python=base_python or sys.executable,
     )
     echo = (lambda line: render.err.print(f"    {render.escape(line)}", style="dim")) if verbose or stderr_is_tty() else None
+    render.info(venv.download_notice(plan))
     outcome = venv.create(plan, _step, echo)
     render.detected(outcome.status)
     render.status_table(outcome.status)
@@ -79,7 +80,7 @@ def _step(label: str) -> Iterator[Callable[[str], None]]:
     from gptoss_patch.hook import venv
 
     render.info(f"==> {label}")
-    with venv.timed(_report, label) as skip:
+    with render.spinner(label), venv.timed(_report, label) as skip:
         yield skip
 
 

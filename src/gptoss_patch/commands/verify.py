@@ -62,7 +62,9 @@ def _behaviour(report, verbose: bool) -> list:
     if ids:
         render.info(f"Running behaviour probes in {report.installation.python} (imports vLLM there; this takes a while)...")
     probed = probe_ids()  # patches without a probe have nothing to show: left out of the table
-    return [p for p in behaviour.run(report.installation.python, ids, verbose=verbose) if p.passed is not None or p.id in probed]
+    with render.spinner("behaviour probes (importing vLLM in the target)"):
+        results = behaviour.run(report.installation.python, ids, verbose=verbose, on_start=lambda pid: render.info(f"  probing {pid}"))
+    return [p for p in results if p.passed is not None or p.id in probed]
 
 
 def register(app: clikit.App) -> None:

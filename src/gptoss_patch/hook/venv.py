@@ -119,6 +119,27 @@ def _steps(plan: Plan, installer: Installer, undo: Undo, step: StepRunner) -> Ou
     return Outcome(inst, engine.status(inst))
 
 
+# -- what it downloads ---------------------------------------------------------------------------
+
+# Typical sizes on PyPI (Linux x86_64): a vLLM wheel is 330-510 MB; with its dependencies (torch and the
+# CUDA libraries above all) an empty venv takes about 4 GB. Said before anything starts, as an estimate.
+VLLM_WHEEL_MB = 450
+WITH_DEPENDENCIES_GB = 4
+
+
+def download_notice(plan: Plan) -> str:
+    """One line, before anything starts: how much `venv create` may download, and what would spare it."""
+    local = [w for d in plan.find_links if d.is_dir() for w in d.glob(f"vllm-{plan.vllm}-*.whl")]
+    if (plan.directory / "pyvenv.cfg").is_file():
+        return f"Downloads only what {plan.directory} lacks (vllm=={plan.vllm} with its dependencies, gptoss-patch's)."
+    what = [] if local else [f"vllm=={plan.vllm} (about {VLLM_WHEEL_MB} MB)"]
+    if not plan.no_deps:
+        what.append(f"vLLM's dependencies (about {WITH_DEPENDENCIES_GB} GB: torch, the CUDA libraries)")
+    what.append("gptoss-patch's dependencies (a few MB)")
+    used = f"Uses {local[0]} ({local[0].stat().st_size / 1e6:.0f} MB). " if local else ""
+    return f"{used}Downloads {', '.join(what)}, unless pip's or uv's cache has them."
+
+
 # -- venv ----------------------------------------------------------------------------------------
 
 
