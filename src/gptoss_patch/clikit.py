@@ -43,7 +43,6 @@ class Option:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __init__(self, *decls: str, help: str | None = None, metavar: str | None = None, **extra: Any) -> None:  # noqa: A002 - click's name
-        extra.pop("show_default", None)  # never shown: the help says what the default is where it matters
         object.__setattr__(self, "decls", decls)
         object.__setattr__(self, "help", help)
         object.__setattr__(self, "metavar", metavar)
@@ -121,11 +120,14 @@ def _parameter(name: str, hint: Any, default: Any) -> click.Parameter:
     decls = [*(marker.decls if marker else (f"--{name.replace('_', '-')}",)), name]
     extra = dict(marker.extra) if marker else {}
     if extra.pop("count", False):  # -v, -vv: additive
+        extra.pop("show_default", None)
         return click.Option(decls, count=True, default=int(default or 0), help=plain(marker.help if marker else None), **extra)
     if base is bool:  # a flag; `--x/--no-x` keeps a None default (neither given)
         paired = any("/" in d for d in decls)
         flag_default = default if paired else bool(default) if not required else False
+        extra.pop("show_default", None)
         return click.Option(decls, is_flag=True, default=flag_default, help=plain(marker.help if marker else None), **extra)
+    extra.setdefault("show_default", not required and default is not None)  # as Typer did: `[default: 8000]`
     return click.Option(
         decls, type=_click_type(base), multiple=many, required=required, default=None if required else default,
         help=plain(marker.help if marker else None), metavar=marker.metavar if marker else None, **extra,
