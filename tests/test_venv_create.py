@@ -72,6 +72,9 @@ def test_fresh_venv_has_vllm_gptoss_patch_patches_and_hook(created):
     assert {"vllm", "gptoss-patch", "gptoss-patch-hook", "libcst"} <= dists(directory)
     labels = [line for line in result.stderr.splitlines() if line.startswith("==> ")]
     assert labels[:4] == [f"==> virtualenv {directory} (pip)", f"==> vllm=={VERSION}", "==> gptoss-patch 0.1.0", "==> apply the patches"]
+    lines = result.stderr.splitlines()
+    notice = next(i for i, line in enumerate(lines) if line.startswith("Uses "))  # the cached wheel, with its size
+    assert f"{wheel_path(VERSION)} (" in lines[notice] and notice < lines.index(f"==> vllm=={VERSION}")
     assert "Ready: " in result.stderr
 
 

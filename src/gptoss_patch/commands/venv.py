@@ -64,8 +64,7 @@ def create(
         base_python=base_python or sys.executable,
     )
     echo = (lambda line: render.err.print(f"    {render.escape(line)}", style="dim")) if verbose or stderr_is_tty() else None
-    render.info(venv.download_notice(plan))
-    outcome = venv.create(plan, _step, echo)
+    outcome = venv.create(plan, _step, echo, announce=render.info)
     render.detected(outcome.status)
     render.status_table(outcome.status)
     clean = not any(r.state.needs_action for r in outcome.status.results)

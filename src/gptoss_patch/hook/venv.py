@@ -85,23 +85,29 @@ class Outcome:
 # -- the command -------------------------------------------------------------------------------
 
 
-def create(plan: Plan, step: StepRunner, echo: Callable[[str], None] | None = None) -> Outcome:
+def create(
+    plan: Plan, step: StepRunner, echo: Callable[[str], None] | None = None, announce: Callable[[str], None] | None = None
+) -> Outcome:
     """Run every step; on any failure (or Ctrl-C) roll back what this run created, then re-raise.
 
-    `echo` receives the installers' output lines as they come (progress for the long steps).
+    `echo` receives the installers' output lines as they come (progress for the long steps); `announce`
+    gets one line saying how much may be downloaded, once the directory is accepted and before any install.
     """
     parse_version(plan.vllm)  # a malformed version is a usage error before anything is touched
     installer = Installer.choose(plan, echo)
     undo = Undo()
     try:
-        return _steps(plan, installer, undo, step)
+        return _steps(plan, installer, undo, step, announce)
     except (GptossPatchError, KeyboardInterrupt, OSError, subprocess.SubprocessError):
         _rollback(plan, installer, undo)
         raise
 
 
-def _steps(plan: Plan, installer: Installer, undo: Undo, step: StepRunner) -> Outcome:
+def _steps(plan: Plan, installer: Installer, undo: Undo, step: StepRunner, announce: Callable[[str], None] | None = None) -> Outcome:
+    notice = download_notice(plan)  # worded before the venv step creates the directory
     python = _venv(plan, installer, undo, step)
+    if announce is not None:
+        announce(notice)
     with step(f"vllm=={plan.vllm}") as skip:
         _install_vllm(plan, installer, python, skip)
     with step(f"{SELF} {__version__}") as skip:
