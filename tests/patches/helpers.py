@@ -6,7 +6,7 @@ import json
 import textwrap
 from pathlib import Path
 
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from gptoss_patch.cli import app
 from tests.support import fakesite

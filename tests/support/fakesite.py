@@ -129,6 +129,8 @@ def build(root: Path, version: str = "0.17.1", files: dict[str, str] | None = No
         (site / rel).write_bytes(data)
         rows.append(record_line(rel, data))
     (dist_info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
-    rows.append(record_line(f"{dist_info.name}/METADATA", (dist_info / "METADATA").read_bytes()))
+    (dist_info / "WHEEL").write_text("Wheel-Version: 1.0\nGenerator: fakesite\nRoot-Is-Purelib: false\nTag: cp311-cp311-linux_x86_64\n")
+    for name in ("METADATA", "WHEEL"):  # every file pip and uv expect in a .dist-info: `pip check` is clean here
+        rows.append(record_line(f"{dist_info.name}/{name}", (dist_info / name).read_bytes()))
     (dist_info / "RECORD").write_text("".join(rows) + f"{dist_info.name}/RECORD,,\n")
     return Installation(str(root / "bin" / "python"), Version(version), site, dist_info)

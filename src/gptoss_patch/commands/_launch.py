@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
-import typer
-
+from gptoss_patch import clikit
 from gptoss_patch.launcher import PROFILES
 
 if TYPE_CHECKING:  # the launcher is imported when a launcher command runs, not when the CLI starts
@@ -17,24 +16,24 @@ LOOPBACK = "127.0.0.1"
 
 GpuOption = Annotated[
     str | None,
-    typer.Option("--gpu", metavar="PROFILE", help=f"GPU profile: {'|'.join(PROFILES)}. Default: nvidia-smi's compute capability.", show_default=False),
+    clikit.Option("--gpu", metavar="PROFILE", help=f"GPU profile: {'|'.join(PROFILES)}. Default: nvidia-smi's compute capability.", show_default=False),
 ]
 ConcurrencyOption = Annotated[
     str | None,
-    typer.Option("--concurrency", metavar="N,N,...", help="Batch sizes you run (e.g. 1,5,10): also captured as CUDA graphs (G20).", show_default=False),
+    clikit.Option("--concurrency", metavar="N,N,...", help="Batch sizes you run (e.g. 1,5,10): also captured as CUDA graphs (G20).", show_default=False),
 ]
-HostOption = Annotated[str, typer.Option("--host", help="Address vLLM binds.")]
-PortOption = Annotated[int, typer.Option("--port", help="Port vLLM listens on.")]
-AllowUnpatchedOption = Annotated[bool, typer.Option("--allow-unpatched", help="Start even when patches are pending or drifted.")]
+HostOption = Annotated[str, clikit.Option("--host", help="Address vLLM binds.")]
+PortOption = Annotated[int, clikit.Option("--port", help="Port vLLM listens on.")]
+AllowUnpatchedOption = Annotated[bool, clikit.Option("--allow-unpatched", help="Start even when patches are pending or drifted.")]
 AllowUnauthenticatedOption = Annotated[
-    bool, typer.Option("--allow-unauthenticated", help="Allow a non-loopback --host without an API key.")
+    bool, clikit.Option("--allow-unauthenticated", help="Allow a non-loopback --host without an API key.")
 ]
 ExpectReasoningOption = Annotated[
-    bool, typer.Option("--expect-reasoning", help="Your clients read `reasoning`: no warning for --reasoning-parser.")
+    bool, clikit.Option("--expect-reasoning", help="Your clients read `reasoning`: no warning for --reasoning-parser.")
 ]
 ExtraArgs = Annotated[
     list[str] | None,
-    typer.Argument(metavar="[-- VLLM_SERVE_ARGS...]", help="Passed to `vllm serve` as they are, after --.", show_default=False),
+    clikit.Argument(metavar="[-- VLLM_SERVE_ARGS...]", help="Passed to `vllm serve` as they are, after --.", show_default=False),
 ]
 
 

@@ -3,9 +3,7 @@
 from pathlib import Path
 from typing import Annotated
 
-import typer
-
-from gptoss_patch import engine, render
+from gptoss_patch import clikit, engine, render
 from gptoss_patch.errors import ExitCode
 from gptoss_patch.options import (
     JsonOption,
@@ -20,15 +18,15 @@ from gptoss_patch.options import (
     selection,
 )
 
-DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Compute and show the diff; write nothing.")]
-CheckOption = Annotated[bool, typer.Option("--check", help="Write nothing; exit 1 when apply would change something (for CI).")]
+DryRunOption = Annotated[bool, clikit.Option("--dry-run", help="Compute and show the diff; write nothing.")]
+CheckOption = Annotated[bool, clikit.Option("--check", help="Write nothing; exit 1 when apply would change something (for CI).")]
 WithDiffOption = Annotated[
     list[Path] | None,
-    typer.Option("--with-diff", metavar="FILE", help="Apply this unified diff (paths a/vllm/...) first (repeatable)."),
+    clikit.Option("--with-diff", metavar="FILE", help="Apply this unified diff (paths a/vllm/...) first (repeatable)."),
 ]
 AllowUnknownOption = Annotated[
     bool,
-    typer.Option(
+    clikit.Option(
         "--allow-unknown-version",
         help="Write to a vLLM not proven to be a checked release (newer, pre-release, or a build whose target files differ).",
     ),
@@ -54,15 +52,15 @@ def apply(
     )
     render.detected(report)
     if dry_run and not json:
-        typer.echo("".join(dict.fromkeys(r.diff for r in report.results if r.diff)), nl=False)
+        clikit.echo("".join(dict.fromkeys(r.diff for r in report.results if r.diff)), nl=False)
     render.narrate(report.results, verb="Patched", dry_run=dry_run)
     if json:
         diffs = {"diffs": {r.id: r.diff for r in report.results if r.diff}} if dry_run else {}
         render.report_json(report, dry_run=dry_run, **diffs)
     render.info(("Would apply: " if dry_run else "Done: ") + render.tally(report.results))
     if check and any(r.changed for r in report.results):
-        raise typer.Exit(int(ExitCode.ACTION_NEEDED))
+        raise clikit.Exit(int(ExitCode.ACTION_NEEDED))
 
 
-def register(app: typer.Typer) -> None:
+def register(app: clikit.App) -> None:
     app.command()(apply)

@@ -2,9 +2,7 @@
 
 from typing import Annotated
 
-import typer
-
-from gptoss_patch import engine, render
+from gptoss_patch import clikit, engine, render
 from gptoss_patch.commands.apply import WithDiffOption
 from gptoss_patch.errors import ExitCode
 from gptoss_patch.options import (
@@ -19,7 +17,7 @@ from gptoss_patch.options import (
     selection,
 )
 
-ExitCodeOption = Annotated[bool, typer.Option("--exit-code", help="Exit 1 when there is a diff (apply would change something).")]
+ExitCodeOption = Annotated[bool, clikit.Option("--exit-code", help="Exit 1 when there is a diff (apply would change something).")]
 
 
 @handles_errors
@@ -35,10 +33,10 @@ def diff(
     report = engine.apply(installation(python, venv, vllm), selection(only, skip), dry_run=True, diffs=with_diff or ())
     render.detected(report)
     text = "".join(dict.fromkeys(r.diff for r in report.results if r.diff))
-    typer.echo(text, nl=False)
+    clikit.echo(text, nl=False)
     if exit_code and text:
-        raise typer.Exit(int(ExitCode.ACTION_NEEDED))
+        raise clikit.Exit(int(ExitCode.ACTION_NEEDED))
 
 
-def register(app: typer.Typer) -> None:
+def register(app: clikit.App) -> None:
     app.command()(diff)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated
 
-import typer
-
+from gptoss_patch import clikit
 from gptoss_patch.commands._launch import (
     LOOPBACK,
     AllowUnauthenticatedOption,
@@ -27,13 +26,13 @@ if TYPE_CHECKING:
     from gptoss_patch.launcher.results import Check, LaunchPlan
 
 
-def register(app: typer.Typer) -> None:
+def register(app: clikit.App) -> None:
     app.command("doctor")(doctor)
 
 
 @handles_errors
 def doctor(
-    model: Annotated[str | None, typer.Argument(help="Model id or path to check (optional).", show_default=False)] = None,
+    model: Annotated[str | None, clikit.Argument(help="Model id or path to check (optional).", show_default=False)] = None,
     extra: ExtraArgs = None,
     gpu: GpuOption = None,
     concurrency: ConcurrencyOption = None,
@@ -69,7 +68,7 @@ def doctor(
         show_checks(checks, everything=True)
         render.notes(plan.notes)
     if worst(checks) is Status.FAIL:
-        raise typer.Exit(int(ExitCode.ACTION_NEEDED))
+        raise clikit.Exit(int(ExitCode.ACTION_NEEDED))
 
 
 def _payload(plan: LaunchPlan, checks: tuple[Check, ...]) -> dict:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated
 
-import typer
-
+from gptoss_patch import clikit
 from gptoss_patch.errors import ExitCode
 from gptoss_patch.options import (
     JsonOption,
@@ -25,11 +24,11 @@ if TYPE_CHECKING:  # imported when a command runs
 
     from gptoss_patch.hook.installer import HookStatus
 
-hook_app = typer.Typer(no_args_is_help=True, add_completion=False)
+hook_app = clikit.App()
 
 ModeOption = Annotated[
     str | None,
-    typer.Option(
+    clikit.Option(
         "--mode", metavar="fail|apply|warn",
         help="What a vLLM process does when patches are missing: refuse to start (fail, the default), "
         "re-apply them first (apply), or log and go on (warn). Default: keep the installed mode.",
@@ -98,7 +97,7 @@ def _show(result: HookStatus, python: str, json: bool, verb: str | None = None) 
         _table(result)
         if not result.ok:
             render.info(f"fix: {installer.fix_command(result, python)}")
-    raise typer.Exit(int(ExitCode.OK if result.ok else ExitCode.ACTION_NEEDED))
+    raise clikit.Exit(int(ExitCode.OK if result.ok else ExitCode.ACTION_NEEDED))
 
 
 def _table(result: HookStatus) -> None:
@@ -133,5 +132,5 @@ def _site_packages(python: str | None, venv: str | None) -> Path:
         return installer.purelib(interpreter)
 
 
-def register(app: typer.Typer) -> None:
-    app.add_typer(hook_app, name="hook", help="Guard every vLLM process: check (or re-apply) the patches at start-up.")
+def register(app: clikit.App) -> None:
+    app.add_app(hook_app, name="hook", help="Guard every vLLM process: check (or re-apply) the patches at start-up.")

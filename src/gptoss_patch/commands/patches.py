@@ -1,14 +1,12 @@
 """`gptoss-patch list`: every patch with its id, versions, target, upstream references and summary."""
 
-import typer
-
-from gptoss_patch import registry, render
-from gptoss_patch.options import JsonOption, OnlyOption, SkipOption, handles_errors, selection
+from gptoss_patch import clikit, registry, render
+from gptoss_patch.options import JsonOption, OnlyOption, SkipOption, WideOption, handles_errors, selection
 from gptoss_patch.spec import PatchSpec
 
 
 @handles_errors
-def list_patches(only: OnlyOption = None, skip: SkipOption = None, json: JsonOption = False) -> None:
+def list_patches(only: OnlyOption = None, skip: SkipOption = None, json: JsonOption = False, wide: WideOption = False) -> None:
     """List every patch (or those --only/--skip select): id, version range, target file, upstream references, summary."""
     specs = registry.selected(selection(only, skip))
     if json:
@@ -19,7 +17,8 @@ def list_patches(only: OnlyOption = None, skip: SkipOption = None, json: JsonOpt
          "\n".join(f"vllm/{b.target}" for b in s.bands), "\n".join(s.upstream), f"{s.summary}\n{s.note}".strip())
         for s in specs
     ]
-    render.table(None, ("id", "vllm versions", "target", "upstream", "summary"), rows)
+    columns = ("id", "vllm versions", "target", "upstream", "summary")
+    render.table(None, columns, rows, keys=("id", "target", "upstream"), optional=("target", "upstream"), wide=wide)
 
 
 def _as_json(spec: PatchSpec) -> dict:
@@ -29,5 +28,5 @@ def _as_json(spec: PatchSpec) -> dict:
     }
 
 
-def register(app: typer.Typer) -> None:
+def register(app: clikit.App) -> None:
     app.command("list")(list_patches)

@@ -2,9 +2,7 @@
 
 from typing import Annotated
 
-import typer
-
-from gptoss_patch import engine, render
+from gptoss_patch import clikit, engine, render
 from gptoss_patch.options import (
     JsonOption,
     OnlyOption,
@@ -18,7 +16,7 @@ from gptoss_patch.options import (
     selection,
 )
 
-ForceOption = Annotated[bool, typer.Option("--force", help="Restore originals even over files changed since apply.")]
+ForceOption = Annotated[bool, clikit.Option("--force", help="Restore originals even over files changed since apply.")]
 
 
 @handles_errors
@@ -36,5 +34,5 @@ def revert(
     render.info("Done: " + render.tally(report.results))
 
 
-def register(app: typer.Typer) -> None:
+def register(app: clikit.App) -> None:
     app.command()(revert)

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-import typer
-
+from gptoss_patch import clikit
 from gptoss_patch.commands._launch import (
     LOOPBACK,
     AllowUnauthenticatedOption,
@@ -27,23 +26,23 @@ if TYPE_CHECKING:  # imported when `serve` runs: every other command starts with
     from gptoss_patch.launcher import runner
     from gptoss_patch.launcher.results import LaunchPlan, RunOutcome, SmokeReport
 
-PrintScriptOption = Annotated[bool, typer.Option("--print-script", help="Write the equivalent bash script to stdout instead.")]
-DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Print the resolved environment and command; start nothing.")]
-SmokeOption = Annotated[bool, typer.Option("--smoke", help="Once ready, run the smoke canary; stop vLLM if it fails.")]
+PrintScriptOption = Annotated[bool, clikit.Option("--print-script", help="Write the equivalent bash script to stdout instead.")]
+DryRunOption = Annotated[bool, clikit.Option("--dry-run", help="Print the resolved environment and command; start nothing.")]
+SmokeOption = Annotated[bool, clikit.Option("--smoke", help="Once ready, run the smoke canary; stop vLLM if it fails.")]
 LogFileOption = Annotated[
     Path | None,
-    typer.Option("--log-file", metavar="PATH", help="Also write vLLM's log here (default: a new file under the XDG state dir).",
-                 show_default=False),
+    clikit.Option("--log-file", metavar="PATH", help="Also write vLLM's log here (default: a new file under the XDG state dir).",
+                  show_default=False),
 ]
 
 
-def register(app: typer.Typer) -> None:
+def register(app: clikit.App) -> None:
     app.command("serve", no_args_is_help=True)(serve)
 
 
 @handles_errors
 def serve(
-    model: Annotated[str, typer.Argument(help="Model id or local path, as for `vllm serve`.", show_default=False)],
+    model: Annotated[str, clikit.Argument(help="Model id or local path, as for `vllm serve`.", show_default=False)],
     extra: ExtraArgs = None,
     gpu: GpuOption = None,
     concurrency: ConcurrencyOption = None,
@@ -125,4 +124,4 @@ def _finish(outcome: RunOutcome) -> None:
         render.warn(f"this matches known issue {issue.id}: {issue.title}")
         render.info(f"fix: {issue.fix}")
     if outcome.exit_code:
-        raise typer.Exit(outcome.exit_code)
+        raise clikit.Exit(outcome.exit_code)

@@ -4,29 +4,28 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import typer
-
+from gptoss_patch import clikit
 from gptoss_patch.errors import ExitCode, UsageError
 from gptoss_patch.options import JsonOption, VerboseOption, handles_errors
 
 ModelOption = Annotated[
-    str | None, typer.Option("--model", metavar="NAME", help="Model name to send (default: the first of /v1/models).", show_default=False)
+    str | None, clikit.Option("--model", metavar="NAME", help="Model name to send (default: the first of /v1/models).", show_default=False)
 ]
 ApiKeyOption = Annotated[
     str | None,
-    typer.Option("--api-key", envvar="VLLM_API_KEY", metavar="KEY", help="Bearer key; default: $VLLM_API_KEY.",
-                 show_default=False, show_envvar=False),
+    clikit.Option("--api-key", envvar="VLLM_API_KEY", metavar="KEY", help="Bearer key; default: $VLLM_API_KEY.",
+                  show_default=False, show_envvar=False),
 ]
-TimeoutOption = Annotated[float, typer.Option("--timeout", metavar="SECONDS", help="Give up on the request after this long.")]
+TimeoutOption = Annotated[float, clikit.Option("--timeout", metavar="SECONDS", help="Give up on the request after this long.")]
 
 
-def register(app: typer.Typer) -> None:
+def register(app: clikit.App) -> None:
     app.command("smoke", no_args_is_help=True)(smoke)
 
 
 @handles_errors
 def smoke(
-    url: Annotated[str, typer.Argument(help="Server base URL, e.g. http://127.0.0.1:8000", show_default=False)],
+    url: Annotated[str, clikit.Argument(help="Server base URL, e.g. http://127.0.0.1:8000", show_default=False)],
     model: ModelOption = None,
     api_key: ApiKeyOption = None,
     timeout: TimeoutOption = 300.0,
@@ -50,4 +49,4 @@ def smoke(
         render.info(f"Smoke canary: {report.url} (model {report.model})")
         render.checks_table(report.checks)
     if not report.ok:
-        raise typer.Exit(int(ExitCode.ACTION_NEEDED))
+        raise clikit.Exit(int(ExitCode.ACTION_NEEDED))

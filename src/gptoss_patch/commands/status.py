@@ -1,8 +1,6 @@
 """`gptoss-patch status`: one line per patch; exit 1 when anything is pending, drifted or modified."""
 
-import typer
-
-from gptoss_patch import engine, render
+from gptoss_patch import clikit, engine, render
 from gptoss_patch.errors import ExitCode
 from gptoss_patch.options import (
     JsonOption,
@@ -12,6 +10,7 @@ from gptoss_patch.options import (
     VenvOption,
     VerboseOption,
     VllmOption,
+    WideOption,
     handles_errors,
     installation,
     selection,
@@ -22,6 +21,7 @@ from gptoss_patch.options import (
 def status(
     python: PythonOption = None, venv: VenvOption = None, vllm: VllmOption = None,
     only: OnlyOption = None, skip: SkipOption = None, json: JsonOption = False, verbose: VerboseOption = False,
+    wide: WideOption = False,
 ) -> None:
     """Show each patch's state: applied, pending, not-needed, fixed-upstream, out-of-range, drifted, modified."""
     chosen = selection(only, skip)
@@ -31,9 +31,9 @@ def status(
     if json:
         render.report_json(report, clean=clean)
     else:
-        render.status_table(report)
-    raise typer.Exit(int(ExitCode.OK if clean else ExitCode.ACTION_NEEDED))
+        render.status_table(report, wide=wide or bool(verbose))
+    raise clikit.Exit(int(ExitCode.OK if clean else ExitCode.ACTION_NEEDED))
 
 
-def register(app: typer.Typer) -> None:
+def register(app: clikit.App) -> None:
     app.command()(status)

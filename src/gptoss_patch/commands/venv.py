@@ -7,34 +7,33 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
-import typer
-
+from gptoss_patch import clikit
 from gptoss_patch.errors import ExitCode
 from gptoss_patch.options import VerboseOption, handles_errors, stderr_is_tty
 
-venv_app = typer.Typer(no_args_is_help=True, add_completion=False)
+venv_app = clikit.App()
 
-DirArgument = Annotated[Path, typer.Argument(metavar="DIR", help="The virtualenv to create (or complete).", show_default=False)]
-VllmVersion = Annotated[str, typer.Option("--vllm", metavar="VERSION", help="The vLLM release to install, e.g. 0.17.1.", show_default=False)]
+DirArgument = Annotated[Path, clikit.Argument(metavar="DIR", help="The virtualenv to create (or complete).", show_default=False)]
+VllmVersion = Annotated[str, clikit.Option("--vllm", metavar="VERSION", help="The vLLM release to install, e.g. 0.17.1.", show_default=False)]
 UvOption = Annotated[
     bool | None,
-    typer.Option("--uv/--no-uv", help="Create and install with uv (default: uv when it is on PATH, else python -m venv and pip).", show_default=False),
+    clikit.Option("--uv/--no-uv", help="Create and install with uv (default: uv when it is on PATH, else python -m venv and pip).", show_default=False),
 ]
 ExtraOption = Annotated[
-    list[str] | None, typer.Option("--extra", metavar="PKG", help="Also install this requirement (repeatable).", show_default=False)
+    list[str] | None, clikit.Option("--extra", metavar="PKG", help="Also install this requirement (repeatable).", show_default=False)
 ]
 FindLinksOption = Annotated[
     list[Path] | None,
-    typer.Option("--find-links", metavar="DIR", help="Look for wheels here too, e.g. a cache of the vLLM wheel (repeatable).", show_default=False),
+    clikit.Option("--find-links", metavar="DIR", help="Look for wheels here too, e.g. a cache of the vLLM wheel (repeatable).", show_default=False),
 ]
 NoDepsOption = Annotated[
-    bool, typer.Option("--no-deps", help="Install vLLM without its dependencies (for images that already carry them).")
+    bool, clikit.Option("--no-deps", help="Install vLLM without its dependencies (for images that already carry them).")
 ]
 ModeOption = Annotated[
-    str | None, typer.Option("--mode", metavar="fail|apply|warn", help="The hook's mode (default: keep an installed hook's, else fail).", show_default=False)
+    str | None, clikit.Option("--mode", metavar="fail|apply|warn", help="The hook's mode (default: keep an installed hook's, else fail).", show_default=False)
 ]
 BasePythonOption = Annotated[
-    str | None, typer.Option("--base-python", metavar="PATH", help="Interpreter to create the venv from (default: this one's).", show_default=False)
+    str | None, clikit.Option("--base-python", metavar="PATH", help="Interpreter to create the venv from (default: this one's).", show_default=False)
 ]
 
 
@@ -65,12 +64,12 @@ def create(
         base_python=base_python or sys.executable,
     )
     echo = (lambda line: render.err.print(f"    {render.escape(line)}", style="dim")) if verbose or stderr_is_tty() else None
-    outcome = venv.create(plan, _step, echo)
+    outcome = venv.create(plan, _step, echo, announce=render.info)
     render.detected(outcome.status)
     render.status_table(outcome.status)
     clean = not any(r.state.needs_action for r in outcome.status.results)
     render.info(f"Ready: {outcome.installation.python} (vllm {outcome.installation.version}); " + render.tally(outcome.status.results))
-    raise typer.Exit(int(ExitCode.OK if clean else ExitCode.ACTION_NEEDED))
+    raise clikit.Exit(int(ExitCode.OK if clean else ExitCode.ACTION_NEEDED))
 
 
 @contextmanager
@@ -80,7 +79,7 @@ def _step(label: str) -> Iterator[Callable[[str], None]]:
     from gptoss_patch.hook import venv
 
     render.info(f"==> {label}")
-    with venv.timed(_report, label) as skip:
+    with render.spinner(label), venv.timed(_report, label) as skip:
         yield skip
 
 
@@ -90,5 +89,5 @@ def _report(label: str, outcome: str, seconds: float) -> None:
     render.info(f"    {outcome} ({seconds:.1f} s)")
 
 
-def register(app: typer.Typer) -> None:
-    app.add_typer(venv_app, name="venv", help="Create a ready-to-serve virtualenv: vLLM, gptoss-patch, patches, hook.")
+def register(app: clikit.App) -> None:
+    app.add_app(venv_app, name="venv", help="Create a ready-to-serve virtualenv: vLLM, gptoss-patch, patches, hook.")

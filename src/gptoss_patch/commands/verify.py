@@ -3,9 +3,7 @@ with --behaviour, the patched code paths are exercised in the target interpreter
 
 from typing import Annotated
 
-import typer
-
-from gptoss_patch import engine, render
+from gptoss_patch import clikit, engine, render
 from gptoss_patch.errors import ExitCode
 from gptoss_patch.options import (
     JsonOption,
@@ -23,7 +21,7 @@ from gptoss_patch.spec import Report, State
 
 BehaviourOption = Annotated[
     bool,
-    typer.Option(
+    clikit.Option(
         "--behaviour",
         help="Also run each patch's behaviour probe in the target interpreter (imports vLLM there, CPU is enough; "
         "needs torch and openai_harmony in that environment). --verbose shows the rendered prompts.",
@@ -42,18 +40,18 @@ def verify(
     report = engine.verify(installation(python, venv, vllm), selection(only, skip))
     render.detected(report)
     failed = any(r.error or r.state.needs_action for r in report.results)
-    probes = _behaviour(report, verbose) if behaviour else []
+    probes = _behaviour(report, bool(verbose)) if behaviour else []
     failed |= any(p.passed is not True for p in probes)
     if json:
         render.report_json(report, ok=not failed, **({"behaviour": [p.to_json() for p in probes]} if behaviour else {}))
     else:
         render.status_table(report)
         if behaviour:
-            render.probe_table(probes, verbose=verbose)
+            render.probe_table(probes, verbose=bool(verbose))
     for r in report.results:
         if r.error:
             render.error(f"{r.id}: {r.error}")
-    raise typer.Exit(int(ExitCode.ACTION_NEEDED if failed else ExitCode.OK))
+    raise clikit.Exit(int(ExitCode.ACTION_NEEDED if failed else ExitCode.OK))
 
 
 def _behaviour(report: Report, verbose: bool) -> list:
@@ -64,8 +62,10 @@ def _behaviour(report: Report, verbose: bool) -> list:
     if ids:
         render.info(f"Running behaviour probes in {report.installation.python} (imports vLLM there; this takes a while)...")
     probed = probe_ids()  # patches without a probe have nothing to show: left out of the table
-    return [p for p in behaviour.run(report.installation.python, ids, verbose=verbose) if p.passed is not None or p.id in probed]
+    with render.spinner("behaviour probes (importing vLLM in the target)"):
+        results = behaviour.run(report.installation.python, ids, verbose=verbose, on_start=lambda pid: render.info(f"  probing {pid}"))
+    return [p for p in results if p.passed is not None or p.id in probed]
 
 
-def register(app: typer.Typer) -> None:
+def register(app: clikit.App) -> None:
     app.command()(verify)

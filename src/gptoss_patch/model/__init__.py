@@ -205,7 +205,7 @@ def _run_builder(python: str | Path, payload: dict[str, Any], timeout: float) ->
     except subprocess.TimeoutExpired:
         raise TargetError(f"building the model with {python} did not finish in {timeout:.0f} s") from None
     if proc.returncode != 0:
-        raise TargetError(f"building the model with {python} failed (exit {proc.returncode}): {_last_line(proc.stderr)}")
+        raise TargetError(f"building the model with {python} failed (exit {proc.returncode}): {_last_line(proc.stderr)}", detail=proc.stderr)
     return {**_summary(proc.stdout), "wall_seconds": round(time.monotonic() - started, 1)}
 
 

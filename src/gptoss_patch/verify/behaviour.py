@@ -15,7 +15,9 @@ import json
 import os
 import shlex
 import subprocess
-from collections.abc import Mapping, Sequence
+import tempfile
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,14 +49,19 @@ class ProbeResult:
         return out
 
 
-def run(python: str, patch_ids: Sequence[str], *, verbose: bool) -> list[ProbeResult]:
-    """One ProbeResult per id, in order; ids without a probe come back with passed=None."""
+def run(
+    python: str, patch_ids: Sequence[str], *, verbose: bool, on_start: Callable[[str], None] | None = None
+) -> list[ProbeResult]:
+    """One ProbeResult per id, in order; ids without a probe come back with passed=None.
+
+    `on_start(id)` is called as each probe starts in the target process (progress for the caller).
+    """
     ids = list(dict.fromkeys(patch_ids))
     env, vocab_problem = probe_environment(os.environ)
     blocked = {pid: _vocab_blocked(pid, vocab_problem) for pid in ids if vocab_problem and needs_vocabulary(pid)}
     probed = probe_ids()
     runnable = [pid for pid in ids if pid in probed and pid not in blocked]
-    ran = _run_probes(python, runnable, env, verbose) if runnable else {}
+    ran = _run_probes(python, runnable, env, verbose, on_start) if runnable else {}
     return [blocked.get(pid) or ran.get(pid) or ProbeResult(pid, None, NO_PROBE) for pid in ids]
 
 
@@ -87,17 +94,43 @@ def _vocab_blocked(probe_id: str, reason: str | None) -> ProbeResult:
     return ProbeResult(probe_id, None, f"cannot load the harmony vocabulary: {reason}", missing=(VOCAB_MISSING,))
 
 
-def _run_probes(python: str, ids: list[str], env: dict[str, str], verbose: bool) -> dict[str, ProbeResult]:
+def _run_probes(
+    python: str, ids: list[str], env: dict[str, str], verbose: bool, on_start: Callable[[str], None] | None = None
+) -> dict[str, ProbeResult]:
     # -B: the probe process writes nothing, not even bytecode (into the target or into our package).
     command = [python, "-B", str(RUNNER), json.dumps({"probes": ids, "verbose": verbose})]
     try:
-        proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=TIMEOUT, check=False)
-        stdout, stderr, code = proc.stdout, proc.stderr, proc.returncode
-    except subprocess.TimeoutExpired as exc:
-        stdout, stderr, code = _text(exc.stdout), f"timed out after {TIMEOUT:.0f} s", None
+        stdout, stderr, code = _streamed(command, env, on_start)
     except OSError as exc:
         return {pid: ProbeResult(pid, None, f"cannot start {python}: {exc.strerror or exc}") for pid in ids}
     return _collect(python, ids, _events(stdout), stderr, code)
+
+
+def _streamed(command: list[str], env: dict[str, str], on_start: Callable[[str], None] | None) -> tuple[str, str, int | None]:
+    """Run the probe process, reading its protocol lines as they come; killed after TIMEOUT (code None)."""
+    with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as log:  # a file: vLLM's logs never block a pipe
+        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, env=env, errors="replace") as proc:
+            timer = threading.Timer(TIMEOUT, proc.kill)
+            timer.start()
+            lines = []
+            try:
+                for line in proc.stdout or ():
+                    lines.append(line)
+                    if on_start is not None and line.startswith(MARKER):
+                        event = _events(line)
+                        if event and event[0].get("event") == "start":
+                            on_start(str(event[0].get("id")))
+                code: int | None = proc.wait()
+            finally:
+                timed_out = not timer.is_alive() and proc.returncode is not None and proc.returncode < 0
+                timer.cancel()
+                if proc.poll() is None:
+                    proc.kill()
+        log.seek(0)
+        stderr = log.read()
+    if timed_out:
+        return "".join(lines), f"timed out after {TIMEOUT:.0f} s", None
+    return "".join(lines), stderr, code
 
 
 def _text(output: str | bytes | None) -> str:
