@@ -19,6 +19,7 @@ from gptoss_patch import vocab
 from gptoss_patch.cli import app
 from tests.support import artefacts, fakesite
 from tests.support.health import complaints, uv_binary
+from tests.support.markers import needs
 from tests.support.upstream import fresh_install
 
 # Every command that writes into the target, in an order that exercises each from both states.
@@ -33,6 +34,7 @@ WRITERS = (
 
 
 @pytest.fixture(scope="module")
+@needs("upstream")  # the uv wheel comes through the download path
 def uv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return uv_binary(tmp_path_factory.mktemp("uv"))
 

@@ -17,6 +17,8 @@ from gptoss_patch.cli import app
 from tests.launcher.conftest import MODEL, free_port
 from tests.launcher.installs import build_install
 
+pytestmark = pytest.mark.upstream  # every case builds a real 0.17.1 install (build_install)
+
 Setup = Callable[[Path, Path], dict[str, str]]  # (venv, tmp_path) -> extra environment
 
 
