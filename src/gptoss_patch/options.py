@@ -27,6 +27,10 @@ OnlyOption = Annotated[
 SkipOption = Annotated[
     list[str] | None, typer.Option("--skip", metavar="ID", help="Leave this patch out (repeatable).", show_default=False)
 ]
+WithOption = Annotated[
+    list[str] | None,
+    typer.Option("--with", metavar="ID", help="Also act on this opt-in patch (repeatable; `list` marks them).", show_default=False),
+]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help="More detail; tracebacks for unexpected errors.")]
 
@@ -100,7 +104,7 @@ def _say_when_waiting_for_the_lock() -> None:
     ledger.on_wait = render.info
 
 
-def selection(only: list[str] | None, skip: list[str] | None):  # -> spec.Selection
+def selection(only: list[str] | None, skip: list[str] | None, with_: list[str] | None = None):  # -> spec.Selection
     from gptoss_patch import registry
 
-    return registry.selection(only, skip)
+    return registry.selection(only, skip, with_)

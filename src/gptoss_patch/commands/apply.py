@@ -8,7 +8,7 @@ import typer
 from gptoss_patch import engine, render
 from gptoss_patch.errors import ExitCode
 from gptoss_patch.options import (
-    JsonOption, OnlyOption, PythonOption, SkipOption, VenvOption, VerboseOption, VllmOption,
+    JsonOption, OnlyOption, PythonOption, SkipOption, VenvOption, VerboseOption, VllmOption, WithOption,
     handles_errors, installation, selection,
 )
 
@@ -30,7 +30,7 @@ AllowUnknownOption = Annotated[
 @handles_errors
 def apply(
     python: PythonOption = None, venv: VenvOption = None, vllm: VllmOption = None,
-    only: OnlyOption = None, skip: SkipOption = None, dry_run: DryRunOption = False,
+    only: OnlyOption = None, skip: SkipOption = None, with_: WithOption = None, dry_run: DryRunOption = False,
     with_diff: WithDiffOption = None, allow_unknown_version: AllowUnknownOption = False,
     check: CheckOption = False, json: JsonOption = False, verbose: VerboseOption = False,
 ) -> None:
@@ -39,7 +39,7 @@ def apply(
     --check writes nothing and exits 1 when something would change, like ruff's and black's --check.
     """
     dry_run = dry_run or check
-    chosen = selection(only, skip)
+    chosen = selection(only, skip, with_)
     report = engine.apply(
         installation(python, venv, vllm), chosen, dry_run=dry_run, diffs=with_diff or (),
         allow_unknown_version=allow_unknown_version,

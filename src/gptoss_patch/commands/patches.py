@@ -8,14 +8,17 @@ from gptoss_patch.options import JsonOption, OnlyOption, SkipOption, handles_err
 
 @handles_errors
 def list_patches(only: OnlyOption = None, skip: SkipOption = None, json: JsonOption = False) -> None:
-    """List every patch (or those --only/--skip select): id, version range, target file, upstream references, summary."""
-    specs = registry.selected(selection(only, skip))
+    """List every patch (or those --only/--skip select): id, version range, target file, upstream references, summary.
+
+    Opt-in patches (left out of the default set: apply them with --with ID) say so in their summary.
+    """
+    specs = registry.selected(selection(only, skip), opt_in=True)
     if json:
         render.json_out([_as_json(s) for s in specs])
         return
     rows = [
         (s.id, s.versions + (f" (fixed upstream in {s.fixed_in})" if s.fixed_in else ""),
-         "\n".join(f"vllm/{b.target}" for b in s.bands), "\n".join(s.upstream), f"{s.summary}\n{s.note}".strip())
+         "\n".join(f"vllm/{b.target}" for b in s.bands), "\n".join(s.upstream), f"{s.summary}\n{s.note}".strip() + (f"\nopt-in: {s.opt_in}" if s.opt_in else ""))
         for s in specs
     ]
     render.table(None, ("id", "vllm versions", "target", "upstream", "summary"), rows)
@@ -24,7 +27,7 @@ def list_patches(only: OnlyOption = None, skip: SkipOption = None, json: JsonOpt
 def _as_json(spec) -> dict:
     return {
         "id": spec.id, "summary": spec.summary, "note": spec.note, "upstream": list(spec.upstream),
-        "fixed_in": spec.fixed_in, "bands": [{"versions": b.versions, "target": f"vllm/{b.target}"} for b in spec.bands],
+        "fixed_in": spec.fixed_in, "opt_in": spec.opt_in, "bands": [{"versions": b.versions, "target": f"vllm/{b.target}"} for b in spec.bands],
     }
 
 

@@ -5,7 +5,7 @@ import typer
 from gptoss_patch import engine, render
 from gptoss_patch.errors import ExitCode
 from gptoss_patch.options import (
-    JsonOption, OnlyOption, PythonOption, SkipOption, VenvOption, VerboseOption, VllmOption,
+    JsonOption, OnlyOption, PythonOption, SkipOption, VenvOption, VerboseOption, VllmOption, WithOption,
     handles_errors, installation, selection,
 )
 
@@ -13,10 +13,14 @@ from gptoss_patch.options import (
 @handles_errors
 def status(
     python: PythonOption = None, venv: VenvOption = None, vllm: VllmOption = None,
-    only: OnlyOption = None, skip: SkipOption = None, json: JsonOption = False, verbose: VerboseOption = False,
+    only: OnlyOption = None, skip: SkipOption = None, with_: WithOption = None,
+    json: JsonOption = False, verbose: VerboseOption = False,
 ) -> None:
-    """Show each patch's state: applied, pending, not-needed, fixed-upstream, out-of-range, drifted, modified."""
-    chosen = selection(only, skip)
+    """Show each patch's state: applied, pending, not-needed, fixed-upstream, out-of-range, drifted, modified, opt-in.
+
+An opt-in patch (`list` marks them) that nobody named with --only or --with shows as opt-in, not pending.
+"""
+    chosen = selection(only, skip, with_)
     report = engine.status(installation(python, venv, vllm), chosen)
     render.detected(report)
     clean = not any(r.state.needs_action for r in report.results)

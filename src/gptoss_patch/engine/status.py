@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from packaging.version import Version
 
 from gptoss_patch.engine.context import Context, decode, open_context, target_of
@@ -9,7 +11,7 @@ from gptoss_patch.engine.releases import identify
 from gptoss_patch.engine.transaction import recover
 from gptoss_patch.errors import PatchFailed
 from gptoss_patch.fsutil import sha256
-from gptoss_patch.registry import selected
+from gptoss_patch.registry import all_specs, by_id, selected
 from gptoss_patch.spec import PatchResult, PatchSpec, Report, Selection, State
 from gptoss_patch.target import Installation
 
@@ -17,11 +19,28 @@ from gptoss_patch.target import Installation
 def status(inst: Installation, selection: Selection = Selection()) -> Report:
     notices = recover(inst)
     ctx = open_context(inst)
-    return Report(inst, tuple(judge(spec, ctx) for spec in selected(selection)), notices, identify(inst))
+    chosen = set(selected(selection))
+    results = tuple(
+        judge(spec, ctx) if spec in chosen else _unchosen(judge(spec, ctx, rewrite=False))
+        for spec in all_specs()
+        if spec in chosen or selection.left_out(spec)
+    )
+    return Report(inst, results, notices, identify(inst))
 
 
-def judge(spec: PatchSpec, ctx: Context) -> PatchResult:
-    """The state of one patch; hashes first (no parsing when the ledger proves it), then shapes."""
+def _unchosen(result: PatchResult) -> PatchResult:
+    """An opt-in patch nobody named: where `apply` would act (pending, or drifted), it is reported as opt-in."""
+    if result.state not in (State.PENDING, State.DRIFTED):
+        return result
+    spec = by_id()[result.id]
+    return replace(result, state=State.OPT_IN, reason=f"opt-in, not applied ({spec.opt_in}); apply with --with {spec.id}")
+
+
+def judge(spec: PatchSpec, ctx: Context, *, rewrite: bool = True) -> PatchResult:
+    """The state of one patch; hashes first (no parsing when the ledger proves it), then shapes.
+
+    `rewrite=False` skips the trial rewrite that tells pending from drifted (it imports libcst): for
+    opt-in patches nobody named, which are reported as opt-in either way."""
     version = ctx.inst.version
     rel = target_of(spec, version)
     if rel is None or (spec.fixed_in and version >= Version(spec.fixed_in)):
@@ -30,7 +49,7 @@ def judge(spec: PatchSpec, ctx: Context) -> PatchResult:
     if data is None:
         return PatchResult(spec.id, State.DRIFTED, f"target file {rel} does not exist in vllm {version}", rel)
     recorded = _recorded_state(spec, ctx, rel, data)
-    return recorded or _judge_shape(spec, ctx, rel, data)
+    return recorded or _judge_shape(spec, ctx, rel, data, rewrite)
 
 
 def _outside_bands(spec: PatchSpec, ctx: Context) -> PatchResult:
@@ -59,7 +78,7 @@ def _recorded_state(spec: PatchSpec, ctx: Context, rel: str, data: bytes) -> Pat
     return None
 
 
-def _judge_shape(spec: PatchSpec, ctx: Context, rel: str, data: bytes) -> PatchResult:
+def _judge_shape(spec: PatchSpec, ctx: Context, rel: str, data: bytes, rewrite: bool = True) -> PatchResult:
     text = decode(data)
     if text is None:
         return PatchResult(spec.id, State.DRIFTED, f"{rel} is not valid UTF-8", rel)
@@ -71,6 +90,8 @@ def _judge_shape(spec: PatchSpec, ctx: Context, rel: str, data: bytes) -> PatchR
         return PatchResult(spec.id, State.APPLIED, why, rel)
     if reason := spec.not_needed(text, ctx.package):
         return PatchResult(spec.id, State.NOT_NEEDED, reason, rel)
+    if not rewrite:
+        return PatchResult(spec.id, State.PENDING, f"unpatched shape found in vllm {ctx.inst.version}", rel)
     try:
         ctx.dry_run(spec, text)
     except PatchFailed as exc:
