@@ -115,6 +115,8 @@ class PatchSpec:
     # Non-empty: the patch departs from upstream's behaviour on purpose, so it is left out of the default
     # set and applied only when named (--only, --with, or the hook's stored selection); the text says why.
     opt_in: str = ""
+    # It changes the Python chat path (rendering, parsing): with VLLM_USE_RUST_FRONTEND=1 `vllm serve` bypasses it.
+    python_frontend: bool = False
 
     def band_for(self, version: Version) -> Band | None:
         return next((b for b in self.bands if in_range(version, b.versions)), None)

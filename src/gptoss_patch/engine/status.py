@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import replace
 
 from packaging.version import Version
@@ -25,7 +27,31 @@ def status(inst: Installation, selection: Selection = Selection()) -> Report:
         for spec in all_specs()
         if spec in chosen or selection.left_out(spec)
     )
+    if rust_frontend(inst, os.environ):
+        results = tuple(_bypassed(r) for r in results)
     return Report(inst, results, notices, identify(inst))
+
+
+RUST_FRONTEND = "VLLM_USE_RUST_FRONTEND"
+RUST_FRONTEND_FROM = Version("0.22.0")  # the first release whose envs.py defines it
+
+
+def rust_frontend(inst: Installation, environ: Mapping[str, str]) -> bool:
+    """VLLM_USE_RUST_FRONTEND is a non-zero integer here and the installed vLLM reads it (G27)."""
+    try:
+        on = int(environ.get(RUST_FRONTEND, "0")) != 0
+    except ValueError:
+        return False
+    return on and inst.version >= RUST_FRONTEND_FROM
+
+
+def _bypassed(result: PatchResult) -> PatchResult:
+    """A patch of the Python chat path does nothing while `vllm serve` hands HTTP to vllm-rs: say so (G27)."""
+    spec = by_id().get(result.id)
+    if spec is None or not spec.python_frontend or result.state not in (State.APPLIED, State.PENDING):
+        return result
+    note = f"bypassed while {RUST_FRONTEND}=1: `vllm serve` answers chat through vllm-rs, not this Python code (G27)"
+    return replace(result, reason=f"{result.reason}; {note}", warnings=(*result.warnings, note))
 
 
 def _unchosen(result: PatchResult) -> PatchResult:

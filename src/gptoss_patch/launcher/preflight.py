@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from gptoss_patch.errors import TargetError, UsageError
-from gptoss_patch.launcher import knowledge, plan as planning, profiles
+from gptoss_patch.launcher import knowledge, plan as planning, profiles, serving_traps
 from gptoss_patch.launcher.results import Check, LaunchPlan, Status
 from gptoss_patch.launcher.static import FlagUse, scan_flags
 
@@ -34,6 +34,7 @@ def run_checks(plan: LaunchPlan) -> tuple[Check, ...]:
         *check_security(plan),
         *check_capture_sizes(plan),
         *check_moe_backend(plan),
+        *serving_traps.run(plan),
         *launchability(plan),
     )
 

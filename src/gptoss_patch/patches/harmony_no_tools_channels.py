@@ -126,4 +126,5 @@ SPEC = PatchSpec(
         "it departs from upstream on purpose: stock vLLM from 0.17.0, the model's chat template and vLLM's Rust "
         "renderer declare all three channels, and Responses requests with only built-in tools would lose preambles"
     ),
+    python_frontend=True,
 )

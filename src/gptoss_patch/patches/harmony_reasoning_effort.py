@@ -137,4 +137,5 @@ SPEC = PatchSpec(
     ),
     probe_needs_vocabulary=True,
     probe_runs_on=">=0.18.0,<0.33.0",
+    python_frontend=True,
 )
