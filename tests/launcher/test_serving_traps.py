@@ -8,6 +8,7 @@ openai_harmony providers are built here in the shape both real providers install
 from __future__ import annotations
 
 import base64
+import re
 import hashlib
 import json
 from pathlib import Path
@@ -207,3 +208,11 @@ def test_backends_that_accept_them_say_nothing(installs, backend):
 def test_before_0270_response_format_is_no_structural_tag(installs):
     extra = ("--structured-outputs-config.backend", "outlines")
     assert rows(checks_for(installs["0.22.1"], extra_args=extra), "structured-output") == []
+
+
+def test_every_issue_these_checks_print_is_in_the_catalogue():
+    text = (Path(__file__).resolve().parents[2] / "docs" / "known-issues.md").read_text()
+    source = Path(serving_traps.__file__).read_text()
+    printed = sorted(set(re.findall(r'issue="(G\d\d)"', source)))
+    assert printed == ["G26", "G27", "G28", "G29", "G30", "G31"]
+    assert all(f'<a id="{g.lower()}"></a>' in text for g in printed)
