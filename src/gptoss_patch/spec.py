@@ -115,6 +115,9 @@ class PatchSpec:
     # Non-empty: the patch departs from upstream's behaviour on purpose, so it is left out of the default
     # set and applied only when named (--only, --with, or the hook's stored selection); the text says why.
     opt_in: str = ""
+    # Something the installed code says that changes what the patch means (package -> text, or None): `status`
+    # adds it to the verdict of an applied or pending patch as a warning.
+    watch: Callable[[PackageView], str | None] = lambda _pkg: None
     # It changes the Python chat path (rendering, parsing): with VLLM_USE_RUST_FRONTEND=1 `vllm serve` bypasses it.
     python_frontend: bool = False
 

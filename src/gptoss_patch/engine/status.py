@@ -74,8 +74,10 @@ def judge(spec: PatchSpec, ctx: Context, *, rewrite: bool = True) -> PatchResult
     data = ctx.read(rel)
     if data is None:
         return PatchResult(spec.id, State.DRIFTED, f"target file {rel} does not exist in vllm {version}", rel)
-    recorded = _recorded_state(spec, ctx, rel, data)
-    return recorded or _judge_shape(spec, ctx, rel, data, rewrite)
+    result = _recorded_state(spec, ctx, rel, data) or _judge_shape(spec, ctx, rel, data, rewrite)
+    if result.state in (State.APPLIED, State.PENDING) and (seen := spec.watch(ctx.package)):
+        result = replace(result, reason=f"{result.reason}; {seen}", warnings=(*result.warnings, seen))
+    return result
 
 
 def _outside_bands(spec: PatchSpec, ctx: Context) -> PatchResult:
