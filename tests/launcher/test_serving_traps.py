@@ -8,9 +8,9 @@ openai_harmony providers are built here in the shape both real providers install
 from __future__ import annotations
 
 import base64
-import re
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import pytest

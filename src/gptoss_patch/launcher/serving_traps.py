@@ -27,10 +27,19 @@ GPT_OSS_TOOL_PARSER = "openai"
 TOOL_PARSER_CHECKED_FROM = (0, 28)  # where the dropped tool segments were read on the wheels
 FORCED_MOE_ON_GB10 = {
     # --moe-backend value: (why it fails on SM121, the releases it applies to as (first, end) or None, upstream)
-    "humming": ("the humming-kernels release this vLLM pins queries the NVML memory clock, which GB10 does not report, and "
-                "crashes at start-up", ((0, 21), (0, 28)), "vllm#49554"),
-    "triton_unfused": ("the unfused Triton MoE kernel can reach the `.tile::scatter4` store that ptxas rejects for sm_121a",
-                       ((0, 32), None), "vllm#41477"),
+    "humming": (
+        (
+            "the humming-kernels release this vLLM pins queries the NVML memory clock, which GB10 does not report, "
+            "and crashes at start-up"
+        ),
+        ((0, 21), (0, 28)),
+        "vllm#49554",
+    ),
+    "triton_unfused": (
+        "the unfused Triton MoE kernel can reach the `.tile::scatter4` store that ptxas rejects for sm_121a",
+        ((0, 32), None),
+        "vllm#41477",
+    ),
 }
 KV_SKIP_FLAG = "--kv-cache-dtype-skip-layers"
 STRUCTURAL_TAG_FROM = (0, 27)  # response_format becomes a structural tag on the harmony path
@@ -88,7 +97,7 @@ def check_harmony_providers(plan: LaunchPlan) -> list[Check]:
 
 def _harmony_files(record: str) -> dict[str, str]:
     """{path: sha256 field} of the openai_harmony files a RECORD lists."""
-    files = {}
+    files: dict[str, str] = {}
     for line in record.splitlines():
         path, _, rest = line.partition(",")
         if path.startswith(HARMONY_PACKAGE) and not path.endswith(".pyc"):

@@ -89,7 +89,9 @@ def codemod() -> "type[PatchCodemod]":
             body = list(updated.body.body)
             at = [i for i, s in enumerate(body) if isinstance(s, cst.If) and code(s.test) == ANCHOR_TEST]
             patched = any(
-                (small := small_statement(s)) is not None and code(small).startswith(f"{PARAMETER}={HELPER}(")
+                isinstance(s, cst.BaseStatement)
+                and (small := small_statement(s)) is not None
+                and code(small).startswith(f"{PARAMETER}={HELPER}(")
                 for s in body
             )
             if updated.name.value != FUNCTION or len(at) != 1 or patched or not takes_parameter(updated):
