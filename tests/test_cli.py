@@ -85,7 +85,8 @@ def test_list_names_every_patch_with_its_range(venv):
     payload = json.loads(run("list", "--json").stdout)
     by_id = {p["id"]: p for p in payload}
     assert by_id["harmony_instructions"]["fixed_in"] == "0.23.0"
-    assert "never uses atomic add" in by_id["marlin_atomic_add_sm121"]["note"]
+    assert "use_atomic_add=False since 0.12.0" in by_id["marlin_atomic_add_sm121"]["note"]
+    assert by_id["harmony_no_tools_channels"]["opt_in"] and not by_id["harmony_reasoning_effort"]["opt_in"]
 
 
 @pytest.mark.parametrize(
