@@ -207,3 +207,28 @@ def test_patched_0171_restricts_channels_and_keeps_streaming(stock_0171: Path, t
     assert "without custom tools: analysis, final; with custom tools: analysis, commentary, final" in channels.evidence
     assert stream.passed is True, stream.evidence
     assert "skipped token 200002, the stream went on: ['Hello', ' world']" in stream.evidence
+
+
+EFFORT = "harmony_reasoning_effort"
+
+
+@pytest.mark.harness
+@pytest.mark.parametrize(
+    ("version", "failure"),
+    [("0.18.0", "minimal: KeyError: 'minimal'"), ("0.22.1", "minimal: ValueError: reasoning_effort='minimal' is not supported by Harmony")],
+    ids=["vllm-0.18.0-keyerror", "vllm-0.22.1-valueerror"],
+)
+def test_stock_rejects_minimal_and_patched_renders_reasoning_low(
+    version: str, failure: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    stock = harness.cpu_venv(version)
+    monkeypatch.setenv("TIKTOKEN_ENCODINGS_BASE", str(harness.vocab_dir(stock)))
+    (before,) = behaviour.run(str(stock), [EFFORT], verbose=False)
+    assert before.passed is False and failure in before.evidence, before.evidence
+    python = harness.clone_venv(stock, tmp_path / "venv")
+    harness.apply_patches(python, [EFFORT])
+    (after,) = behaviour.run(str(python), [EFFORT], verbose=True)
+    assert after.passed is True, after.evidence
+    assert "minimal -> Reasoning: low; xhigh -> Reasoning: high; max -> Reasoning: high; medium -> Reasoning: medium" in after.evidence
+    assert "GPTOSS_PATCH_REASONING_EFFORT_MAP='{}': minimal rejected" in after.evidence
+    assert "\nReasoning: low\n" in after.detail

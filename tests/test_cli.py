@@ -48,10 +48,9 @@ def test_apply_narrates_what_it_patched_then_status_is_clean(venv):
     assert result.stderr.splitlines() == [
         detected_line(inst),
         "Patched vllm/entrypoints/openai/chat_completion/serving.py (harmony_instructions)",
-        "Patched vllm/entrypoints/openai/parser/harmony_utils.py (harmony_no_tools_channels)",
         "Patched vllm/entrypoints/openai/chat_completion/serving.py (harmony_stream_guard)",
         "Patched vllm/model_executor/layers/quantization/utils/marlin_utils.py (marlin_atomic_add_sm121)",
-        "Done: 4 changed, 1 not-needed",
+        "Done: 3 changed, 1 out-of-range, 1 not-needed",
     ]
     assert run("status", "--venv", path).exit_code == 0
 
@@ -86,7 +85,8 @@ def test_list_names_every_patch_with_its_range(venv):
     payload = json.loads(run("list", "--json").stdout)
     by_id = {p["id"]: p for p in payload}
     assert by_id["harmony_instructions"]["fixed_in"] == "0.23.0"
-    assert "never uses atomic add" in by_id["marlin_atomic_add_sm121"]["note"]
+    assert "use_atomic_add=False since 0.12.0" in by_id["marlin_atomic_add_sm121"]["note"]
+    assert by_id["harmony_no_tools_channels"]["opt_in"] and not by_id["harmony_reasoning_effort"]["opt_in"]
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from gptoss_patch.registry import by_id
 from gptoss_patch.verify import behaviour
 from tests.support import harness
 from tests.support.catalogue import probed, stock_states, verdict_after_apply
-from tests.support.roundtrip import roundtrip
+from tests.support.roundtrip import EVERY, roundtrip
 from tests.support.upstream import fresh_install
 
 pytestmark = pytest.mark.upstream
@@ -44,7 +44,7 @@ def test_round_trip_at_band_boundaries(version: str, tmp_path: Path):
 def test_behaviour_after_apply_at_band_boundaries(version: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     python = harness.clone_venv(harness.cpu_venv(version), tmp_path / "venv")
     monkeypatch.setenv("TIKTOKEN_ENCODINGS_BASE", str(harness.vocab_dir(python)))
-    engine.apply(target.discover(str(python)))
+    engine.apply(target.discover(str(python)), EVERY)  # opt-in patches too: every probe is exercised
     results = {r.id: r for r in behaviour.run(str(python), probed(), verbose=False)}
     expected = {patch_id: verdict_after_apply(by_id()[patch_id], version) for patch_id in probed()}
     assert {i: r.passed for i, r in results.items()} == expected, {i: r.evidence for i, r in results.items()}

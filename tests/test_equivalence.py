@@ -1,9 +1,10 @@
 """Patched vLLM 0.17.1 (and 0.22.1) render gpt-oss chat prompts token-for-token like stock 0.23.0 (vllm#44330).
 
 Every request of TABLE goes through the installed `_make_request_with_harmony` of CPU harness venvs
-(stock 0.17.1; 0.17.1 and 0.22.1 patched with harmony_instructions, i.e. both bands of the patch:
-OpenAIServingChat and OpenAIServingRender; stock 0.23.0), under both settings of
-VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS, with VLLM_SYSTEM_START_DATE pinned.
+(stock 0.17.1; 0.17.1 and 0.22.1 patched with the default set, which holds both bands of
+harmony_instructions: OpenAIServingChat and OpenAIServingRender; stock 0.23.0), under both settings of
+VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS, with VLLM_SYSTEM_START_DATE pinned. Opt-in patches are left
+out, as `apply` leaves them out: the claim is about what a plain `apply` gives.
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ from typing import Any
 
 import pytest
 
+from gptoss_patch.registry import all_specs
 from tests.support import harness
 from tests.support.chat_cases import PIRATE, SETTINGS, TABLE
 from tests.support.markers import needs
 
 PATCHED_VERSIONS = ("0.17.1", "0.22.1")  # one per band of harmony_instructions
+DEFAULT_SET = tuple(spec.id for spec in all_specs() if not spec.opt_in)
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +39,7 @@ def stock() -> dict[str, Any]:
 @needs("harness")
 def patched(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     python = harness.clone_venv(harness.cpu_venv(request.param), tmp_path_factory.mktemp("eq") / "venv")
-    harness.apply_patches(python, ["harmony_instructions"])
+    harness.apply_patches(python, DEFAULT_SET)
     return harness.render_table(python, TABLE, settings=SETTINGS)
 
 

@@ -43,6 +43,11 @@ SkipOption = Annotated[
     list[str] | None,
     clikit.Option("--skip", metavar="ID", help="Leave this patch out (repeatable).", shell_complete=_patch_ids),
 ]
+WithOption = Annotated[
+    list[str] | None,
+    clikit.Option("--with", metavar="ID", help="Also act on this opt-in patch (repeatable; `list` marks them).",
+                  shell_complete=_patch_ids),
+]
 JsonOption = Annotated[bool, clikit.Option("--json", help="Print machine-readable JSON on stdout.")]
 VerboseOption = Annotated[
     int, clikit.Option("--verbose", "-v", count=True, help="More detail (repeatable, -vv); tracebacks for unexpected errors.")
@@ -130,7 +135,7 @@ def _say_when_waiting_for_the_lock() -> None:
     ledger.on_wait = render.info
 
 
-def selection(only: list[str] | None, skip: list[str] | None) -> Selection:
+def selection(only: list[str] | None, skip: list[str] | None, with_: list[str] | None = None) -> Selection:
     from gptoss_patch import registry
 
-    return registry.selection(only, skip)
+    return registry.selection(only, skip, with_)

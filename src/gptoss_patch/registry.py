@@ -52,11 +52,16 @@ def check_ids(names: tuple[str, ...]) -> None:
         raise UsageError(f"unknown patch id {unknown[0]!r}; known: {', '.join(ids())}")
 
 
-def selection(only: list[str] | None, skip: list[str] | None) -> Selection:
-    chosen = Selection(only=tuple(only or ()), skip=tuple(skip or ()))
-    check_ids(chosen.only + chosen.skip)
+def selection(only: list[str] | None, skip: list[str] | None, with_: list[str] | None = None) -> Selection:
+    chosen = Selection(only=tuple(only or ()), skip=tuple(skip or ()), with_=tuple(with_ or ()))
+    check_ids(chosen.only + chosen.skip + chosen.with_)
+    not_opt_in = [n for n in chosen.with_ if not by_id()[n].opt_in]
+    if not_opt_in:
+        opt_ins = ", ".join(s.id for s in all_specs() if s.opt_in) or "none"
+        raise UsageError(f"--with takes an opt-in patch; {not_opt_in[0]!r} is in the default set (opt-in: {opt_ins})")
     return chosen
 
 
-def selected(chosen: Selection) -> tuple[PatchSpec, ...]:
-    return tuple(spec for spec in all_specs() if chosen.wants(spec.id))
+def selected(chosen: Selection, *, opt_in: bool = False) -> tuple[PatchSpec, ...]:
+    """The patches a command acts on; `opt_in=True` adds every wanted opt-in patch (revert undoes them too)."""
+    return tuple(spec for spec in all_specs() if chosen.includes(spec) or (opt_in and chosen.wants(spec.id)))

@@ -57,6 +57,7 @@ STATE_STYLE = {
     State.OUT_OF_RANGE: "dim",
     State.DRIFTED: "red",
     State.MODIFIED: "red",
+    State.OPT_IN: "dim",
 }
 
 

@@ -34,6 +34,7 @@ class State(str, enum.Enum):
     OUT_OF_RANGE = "out-of-range"
     DRIFTED = "drifted"
     MODIFIED = "modified"
+    OPT_IN = "opt-in"  # an opt-in patch nobody asked for: left as upstream has it
 
     @property
     def needs_action(self) -> bool:
@@ -111,6 +112,14 @@ class PatchSpec:
     # Releases whose code the probe can exercise once patched; elsewhere it reports that it cannot run.
     probe_runs_on: str | None = None  # None: every release
     serve_env: tuple[ServeEnv, ...] = ()
+    # Non-empty: the patch departs from upstream's behaviour on purpose, so it is left out of the default
+    # set and applied only when named (--only, --with, or the hook's stored selection); the text says why.
+    opt_in: str = ""
+    # Something the installed code says that changes what the patch means (package -> text, or None): `status`
+    # adds it to the verdict of an applied or pending patch as a warning.
+    watch: Callable[[PackageView], str | None] = lambda _pkg: None
+    # It changes the Python chat path (rendering, parsing): with VLLM_USE_RUST_FRONTEND=1 `vllm serve` bypasses it.
+    python_frontend: bool = False
 
     def band_for(self, version: Version) -> Band | None:
         return next((b for b in self.bands if in_range(version, b.versions)), None)
@@ -151,11 +160,22 @@ class Selection:
 
     only: tuple[str, ...] = ()
     skip: tuple[str, ...] = ()
+    with_: tuple[str, ...] = ()  # opt-in patches added to the default set (--with)
 
     def wants(self, patch_id: str) -> bool:
         if self.only and patch_id not in self.only:
             return False
         return patch_id not in self.skip
+
+    def includes(self, spec: PatchSpec) -> bool:
+        """Whether a command acts on `spec`: wanted, and for an opt-in patch also named (--only or --with)."""
+        if not self.wants(spec.id):
+            return False
+        return not spec.opt_in or spec.id in self.only or spec.id in self.with_
+
+    def left_out(self, spec: PatchSpec) -> bool:
+        """An opt-in patch that is wanted but not named: `status` shows it as opt-in."""
+        return bool(spec.opt_in) and self.wants(spec.id) and not self.includes(spec)
 
 
 @dataclass(frozen=True)

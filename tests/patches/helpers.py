@@ -29,14 +29,16 @@ def wheel_source(version: str, relpath: str) -> str | None:
     return read_from_wheel(version, relpath).decode()
 
 
-def status_on_fake_site(root: Path, version: str, files: dict[str, str] | None = None) -> dict[str, tuple[str, str]]:
+def status_on_fake_site(
+    root: Path, version: str, files: dict[str, str] | None = None, args: tuple[str, ...] = ()
+) -> dict[str, tuple[str, str]]:
     """`gptoss-patch status --json` on a fake vllm `version`: {id: (state, reason)}.
 
     The site is tests/support/fakesite.py's (0.17.1-shaped snippets) with `files` added or replaced,
     their paths relative to the vllm package.
     """
     fakesite.build(root, version, {f"vllm/{rel}": text for rel, text in (files or {}).items()})
-    result = CliRunner().invoke(app, ["status", "--venv", str(root), "--json"])
+    result = CliRunner().invoke(app, ["status", "--venv", str(root), "--json", *args])
     assert result.exit_code in (0, 1), result.output
     return {p["id"]: (p["state"], p["reason"]) for p in json.loads(result.stdout)["patches"]}
 

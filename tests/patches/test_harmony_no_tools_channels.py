@@ -150,7 +150,18 @@ def test_version_gate(version, inside):
 
 
 def test_status_still_patches_the_newest_release_no_upstream_release_restores_the_restriction(tmp_path):
-    assert status_on_fake_site(tmp_path / "venv", "0.33.0")[SPEC.id] == ("pending", "unpatched shape found in vllm 0.33.0")
+    named = status_on_fake_site(tmp_path / "venv", "0.33.0", args=("--with", SPEC.id))[SPEC.id]
+    assert named == ("pending", "unpatched shape found in vllm 0.33.0")
+
+
+def test_opt_in_status_says_so_and_how_to_apply_it_unless_named(tmp_path):
+    state, reason = status_on_fake_site(tmp_path / "venv", "0.33.0")[SPEC.id]
+    assert state == "opt-in"
+    assert f"--with {SPEC.id}" in reason and "departs from upstream" in reason
+
+
+def test_opt_in_and_its_trade_off_are_declared():
+    assert SPEC.opt_in and "chat template" in SPEC.opt_in and "built-in tools" in SPEC.opt_in
 
 
 RELEASES = [pytest.param(str(v), id=f"vllm-{v}") for v in KNOWN_RELEASES]
@@ -159,6 +170,7 @@ RELEASES = [pytest.param(str(v), id=f"vllm-{v}") for v in KNOWN_RELEASES]
 @pytest.mark.upstream
 @pytest.mark.parametrize("version", RELEASES)
 def test_verdict_on_the_real_wheel(version, real_states):
-    """The restriction is stock in 0.15.1 and 0.16.0 (not-needed) and gone from 0.17.0 through 0.33.0."""
+    """The restriction is stock in 0.15.1 and 0.16.0 (not-needed) and gone from 0.17.0 through 0.33.0, where the
+    default set leaves it out (opt-in)."""
     state, reason = real_states(version)[SPEC.id]
-    assert state == ("not-needed" if Version(version) < Version("0.17.0") else "pending"), reason
+    assert state == ("not-needed" if Version(version) < Version("0.17.0") else "opt-in"), reason

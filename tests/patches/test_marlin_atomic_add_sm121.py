@@ -20,7 +20,7 @@ import pytest
 from packaging.version import Version
 
 from gptoss_patch.patches._base import run_codemod
-from gptoss_patch.patches.marlin_atomic_add_sm121 import FUNCTION, HELPER, HELPER_SOURCE, SPEC, is_applied
+from gptoss_patch.patches.marlin_atomic_add_sm121 import FUNCTION, HELPER, HELPER_SOURCE, MOE_FILES, SPEC, is_applied
 from gptoss_patch.spec import PackageView
 from gptoss_patch.versions import KNOWN_RELEASES
 from tests.patches.helpers import listed, status_on_fake_site, wheel_source, with_helper
@@ -167,10 +167,32 @@ def test_version_gate(version, inside):
     assert (band.target if band else None) == (TARGET if inside else None)
 
 
-def test_list_says_plainly_that_stock_moe_never_uses_atomic_add():
+def test_list_says_plainly_that_stock_moe_has_not_used_atomic_add_since_0120():
     shown = listed(SPEC.id)
-    assert "never uses atomic add" in shown
+    assert "use_atomic_add=False since 0.12.0" in shown
     assert "dense Marlin layers only" in shown
+    assert "vary from run to run" in shown  # the determinism trade-off
+
+
+MOE_CALLING_THE_CHECK = """\
+def fused_marlin_moe(hidden_states, w1, w2, device):
+    use_atomic_add = should_use_atomic_add_reduce(1, 1024, 4096, device, hidden_states.dtype)
+    return moe_wna16_marlin_gemm(hidden_states, w1, use_atomic_add=use_atomic_add)
+"""
+
+
+@pytest.mark.parametrize("moe_file", MOE_FILES)
+def test_status_warns_once_the_moe_calls_the_check(tmp_path, moe_file):
+    """If upstream routes the Marlin MoE through should_use_atomic_add_reduce, the patch changes gpt-oss's experts too."""
+    state, reason = status_on_fake_site(tmp_path / "venv", "0.33.0", {moe_file: MOE_CALLING_THE_CHECK})[SPEC.id]
+    assert state == "pending"
+    assert f"{moe_file} calls {FUNCTION}" in reason and "VLLM_MARLIN_USE_ATOMIC_ADD=0" in reason
+
+
+def test_status_says_nothing_while_the_moe_passes_false(tmp_path):
+    source = MOE_CALLING_THE_CHECK.replace("should_use_atomic_add_reduce(1, 1024, 4096, device, hidden_states.dtype)", "False")
+    _, reason = status_on_fake_site(tmp_path / "venv", "0.33.0", {MOE_FILES[1]: source})[SPEC.id]
+    assert reason == "unpatched shape found in vllm 0.33.0"
 
 
 def test_status_still_patches_the_newest_release_no_upstream_release_fixes_it(tmp_path):

@@ -16,7 +16,13 @@ from gptoss_patch.versions import in_range
 
 
 def stock_state(spec: PatchSpec, version: str | Version) -> State:
-    """What `status` reports for `spec` on the stock wheel of `version`, before apply."""
+    """What `status` reports for `spec` on the stock wheel of `version`, before apply (default selection:
+    an opt-in patch that would be pending is reported as opt-in)."""
+    state = _stock_state(spec, version)
+    return State.OPT_IN if spec.opt_in and state is State.PENDING else state
+
+
+def _stock_state(spec: PatchSpec, version: str | Version) -> State:
     v = Version(str(version))
     if spec.fixed_in and v >= Version(spec.fixed_in):
         return State.FIXED_UPSTREAM

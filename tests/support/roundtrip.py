@@ -15,8 +15,13 @@ from gptoss_patch import engine
 from gptoss_patch.engine.record import read_hashes
 from gptoss_patch.errors import GptossPatchError
 from gptoss_patch.fsutil import sha256
-from gptoss_patch.spec import State
+from gptoss_patch.registry import all_specs
+from gptoss_patch.spec import Selection, State
 from gptoss_patch.target import Installation
+
+# Before apply `status` runs with the default selection (opt-in patches report `opt-in`); apply, verify and
+# apply-again name every opt-in patch too, so that the round trip covers each patch's rewrite and revert.
+EVERY = Selection(with_=tuple(spec.id for spec in all_specs() if spec.opt_in))
 
 
 @dataclass
@@ -68,20 +73,20 @@ def _status(inst: Installation, outcome: Outcome) -> str:
 
 
 def _apply(inst: Installation, outcome: Outcome, touched: set[str]) -> str:
-    report = engine.apply(inst, allow_unknown_version=True)
+    report = engine.apply(inst, EVERY, allow_unknown_version=True)
     touched.update(r.file for r in report.results if r.changed and r.file)
-    outcome.after = {r.id: r.state.value for r in engine.status(inst).results}
+    outcome.after = {r.id: r.state.value for r in engine.status(inst, EVERY).results}
     stuck = [i for i, s in outcome.after.items() if s == State.PENDING.value]
     return f"failed: still pending: {', '.join(stuck)}" if stuck else "ok"
 
 
 def _verify(inst: Installation) -> str:
-    failures = [f"{r.id}: {r.error}" for r in engine.verify(inst).results if r.error]
+    failures = [f"{r.id}: {r.error}" for r in engine.verify(inst, EVERY).results if r.error]
     return "ok" if not failures else "failed: " + "; ".join(failures)
 
 
 def _apply_again(inst: Installation) -> str:
-    changed = [r.id for r in engine.apply(inst, allow_unknown_version=True).results if r.changed]
+    changed = [r.id for r in engine.apply(inst, EVERY, allow_unknown_version=True).results if r.changed]
     return "ok" if not changed else f"failed: wrote again: {', '.join(changed)}"
 
 

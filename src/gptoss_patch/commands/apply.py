@@ -13,6 +13,7 @@ from gptoss_patch.options import (
     VenvOption,
     VerboseOption,
     VllmOption,
+    WithOption,
     handles_errors,
     installation,
     selection,
@@ -36,7 +37,7 @@ AllowUnknownOption = Annotated[
 @handles_errors
 def apply(
     python: PythonOption = None, venv: VenvOption = None, vllm: VllmOption = None,
-    only: OnlyOption = None, skip: SkipOption = None, dry_run: DryRunOption = False,
+    only: OnlyOption = None, skip: SkipOption = None, with_: WithOption = None, dry_run: DryRunOption = False,
     with_diff: WithDiffOption = None, allow_unknown_version: AllowUnknownOption = False,
     check: CheckOption = False, json: JsonOption = False, verbose: VerboseOption = False,
 ) -> None:
@@ -45,7 +46,7 @@ def apply(
     --check writes nothing and exits 1 when something would change, like ruff's and black's --check.
     """
     dry_run = dry_run or check
-    chosen = selection(only, skip)
+    chosen = selection(only, skip, with_)
     report = engine.apply(
         installation(python, venv, vllm), chosen, dry_run=dry_run, diffs=with_diff or (),
         allow_unknown_version=allow_unknown_version,

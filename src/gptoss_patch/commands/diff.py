@@ -12,6 +12,7 @@ from gptoss_patch.options import (
     VenvOption,
     VerboseOption,
     VllmOption,
+    WithOption,
     handles_errors,
     installation,
     selection,
@@ -23,14 +24,15 @@ ExitCodeOption = Annotated[bool, clikit.Option("--exit-code", help="Exit 1 when 
 @handles_errors
 def diff(
     python: PythonOption = None, venv: VenvOption = None, vllm: VllmOption = None,
-    only: OnlyOption = None, skip: SkipOption = None, with_diff: WithDiffOption = None, verbose: VerboseOption = False,
+    only: OnlyOption = None, skip: SkipOption = None, with_: WithOption = None,
+    with_diff: WithDiffOption = None, verbose: VerboseOption = False,
     exit_code: ExitCodeOption = False,
 ) -> None:
     """Print the diff `apply` would write; empty when nothing is pending.
 
     With --exit-code, exit 1 when the diff is not empty (like `git diff --exit-code` and ruff's --diff).
     """
-    report = engine.apply(installation(python, venv, vllm), selection(only, skip), dry_run=True, diffs=with_diff or ())
+    report = engine.apply(installation(python, venv, vllm), selection(only, skip, with_), dry_run=True, diffs=with_diff or ())
     render.detected(report)
     text = "".join(dict.fromkeys(r.diff for r in report.results if r.diff))
     clikit.echo(text, nl=False)

@@ -14,6 +14,7 @@ from gptoss_patch.options import (
     VenvOption,
     VerboseOption,
     VllmOption,
+    WithOption,
     handles_errors,
     installation,
     selection,
@@ -41,7 +42,8 @@ ModeOption = Annotated[
 @handles_errors
 def install(
     python: PythonOption = None, venv: VenvOption = None, vllm: VllmOption = None, mode: ModeOption = None,
-    only: OnlyOption = None, skip: SkipOption = None, json: JsonOption = False, verbose: VerboseOption = False,
+    only: OnlyOption = None, skip: SkipOption = None, with_: WithOption = None,
+    json: JsonOption = False, verbose: VerboseOption = False,
 ) -> None:
     """Install (or refresh) the hook: every vLLM process checks its patches before the model loads.
 
@@ -52,7 +54,7 @@ def install(
     from gptoss_patch.hook import installer
 
     installer.check_mode(mode)
-    chosen = selection(only, skip) if (only or skip) else None
+    chosen = selection(only, skip, with_) if (only or skip or with_) else None
     inst = installation(python, venv, vllm)
     result = installer.install(inst, mode=mode, selection=chosen)
     _show(result, inst.python, json, verb="Installed")

@@ -6,15 +6,21 @@ from gptoss_patch.spec import PatchSpec
 
 
 @handles_errors
-def list_patches(only: OnlyOption = None, skip: SkipOption = None, json: JsonOption = False, wide: WideOption = False) -> None:
-    """List every patch (or those --only/--skip select): id, version range, target file, upstream references, summary."""
-    specs = registry.selected(selection(only, skip))
+def list_patches(
+    only: OnlyOption = None, skip: SkipOption = None, json: JsonOption = False, wide: WideOption = False
+) -> None:
+    """List every patch (or those --only/--skip select): id, version range, target file, upstream references, summary.
+
+    Opt-in patches (left out of the default set: apply them with --with ID) say so in their summary.
+    """
+    specs = registry.selected(selection(only, skip), opt_in=True)
     if json:
         render.json_out([_as_json(s) for s in specs])
         return
     rows = [
         (s.id, s.versions + (f" (fixed upstream in {s.fixed_in})" if s.fixed_in else ""),
-         "\n".join(f"vllm/{b.target}" for b in s.bands), "\n".join(s.upstream), f"{s.summary}\n{s.note}".strip())
+         "\n".join(f"vllm/{b.target}" for b in s.bands), "\n".join(s.upstream),
+         f"{s.summary}\n{s.note}".strip() + (f"\nopt-in: {s.opt_in}" if s.opt_in else ""))
         for s in specs
     ]
     columns = ("id", "vllm versions", "target", "upstream", "summary")
@@ -24,7 +30,7 @@ def list_patches(only: OnlyOption = None, skip: SkipOption = None, json: JsonOpt
 def _as_json(spec: PatchSpec) -> dict:
     return {
         "id": spec.id, "summary": spec.summary, "note": spec.note, "upstream": list(spec.upstream),
-        "fixed_in": spec.fixed_in, "bands": [{"versions": b.versions, "target": f"vllm/{b.target}"} for b in spec.bands],
+        "fixed_in": spec.fixed_in, "opt_in": spec.opt_in, "bands": [{"versions": b.versions, "target": f"vllm/{b.target}"} for b in spec.bands],
     }
 
 

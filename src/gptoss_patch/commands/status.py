@@ -11,6 +11,7 @@ from gptoss_patch.options import (
     VerboseOption,
     VllmOption,
     WideOption,
+    WithOption,
     handles_errors,
     installation,
     selection,
@@ -20,11 +21,14 @@ from gptoss_patch.options import (
 @handles_errors
 def status(
     python: PythonOption = None, venv: VenvOption = None, vllm: VllmOption = None,
-    only: OnlyOption = None, skip: SkipOption = None, json: JsonOption = False, verbose: VerboseOption = False,
-    wide: WideOption = False,
+    only: OnlyOption = None, skip: SkipOption = None, with_: WithOption = None,
+    json: JsonOption = False, verbose: VerboseOption = False, wide: WideOption = False,
 ) -> None:
-    """Show each patch's state: applied, pending, not-needed, fixed-upstream, out-of-range, drifted, modified."""
-    chosen = selection(only, skip)
+    """Show each patch's state: applied, pending, not-needed, fixed-upstream, out-of-range, drifted, modified, opt-in.
+
+    An opt-in patch (`list` marks them) that nobody named with --only or --with shows as opt-in, not pending.
+    """
+    chosen = selection(only, skip, with_)
     report = engine.status(installation(python, venv, vllm), chosen)
     render.detected(report)
     clean = not any(r.state.needs_action for r in report.results)

@@ -13,6 +13,7 @@ from gptoss_patch.options import (
     VenvOption,
     VerboseOption,
     VllmOption,
+    WithOption,
     handles_errors,
     installation,
     selection,
@@ -33,11 +34,11 @@ PROBED_STATES = (State.APPLIED, State.PENDING, State.FIXED_UPSTREAM, State.MODIF
 @handles_errors
 def verify(
     python: PythonOption = None, venv: VenvOption = None, vllm: VllmOption = None,
-    only: OnlyOption = None, skip: SkipOption = None, behaviour: BehaviourOption = False,
+    only: OnlyOption = None, skip: SkipOption = None, with_: WithOption = None, behaviour: BehaviourOption = False,
     json: JsonOption = False, verbose: VerboseOption = False,
 ) -> None:
     """Byte-compile every patched file with the target interpreter and confirm each applied patch's shape."""
-    report = engine.verify(installation(python, venv, vllm), selection(only, skip))
+    report = engine.verify(installation(python, venv, vllm), selection(only, skip, with_))
     render.detected(report)
     failed = any(r.error or r.state.needs_action for r in report.results)
     probes = _behaviour(report, bool(verbose)) if behaviour else []

@@ -20,7 +20,7 @@ def revert(inst: Installation, selection: Selection = Selection(), *, force: boo
     with Store(inst).locked():
         notices = recover(inst, locked=True)
         ctx = open_context(inst)
-        wanted = {s.id for s in selected(selection)}
+        wanted = {s.id for s in selected(selection, opt_in=True)}
         plans = [p for rel, entry in ctx.ledger.files.items() if (p := _plan_revert(ctx, rel, entry, wanted, force))]
         results = _revert_results(ctx, selection, {p.rel for p in plans})
         if plans:
@@ -63,7 +63,7 @@ def _replay(ctx: Context, rel: str, entry: FileEntry, current: bytes | None, ori
 
 def _revert_results(ctx: Context, selection: Selection, reverted_files: set[str]) -> list[PatchResult]:
     results = []
-    for spec in selected(selection):
+    for spec in selected(selection, opt_in=True):
         rel = target_of(spec, ctx.inst.version)
         entry = ctx.ledger.files.get(rel or "")
         if rel in reverted_files and entry and spec.id in entry.patches:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+from dataclasses import replace
+
 from packaging.version import Version
 
 from gptoss_patch.engine.context import Context, decode, open_context, target_of
@@ -9,7 +13,7 @@ from gptoss_patch.engine.releases import identify
 from gptoss_patch.engine.transaction import recover
 from gptoss_patch.errors import PatchFailed
 from gptoss_patch.fsutil import sha256
-from gptoss_patch.registry import selected
+from gptoss_patch.registry import all_specs, by_id, selected
 from gptoss_patch.spec import PatchResult, PatchSpec, Report, Selection, State
 from gptoss_patch.target import Installation
 
@@ -17,11 +21,52 @@ from gptoss_patch.target import Installation
 def status(inst: Installation, selection: Selection = Selection()) -> Report:
     notices = recover(inst)
     ctx = open_context(inst)
-    return Report(inst, tuple(judge(spec, ctx) for spec in selected(selection)), notices, identify(inst))
+    chosen = set(selected(selection))
+    results = tuple(
+        judge(spec, ctx) if spec in chosen else _unchosen(judge(spec, ctx, rewrite=False))
+        for spec in all_specs()
+        if spec in chosen or selection.left_out(spec)
+    )
+    if rust_frontend(inst, os.environ):
+        results = tuple(_bypassed(r) for r in results)
+    return Report(inst, results, notices, identify(inst))
 
 
-def judge(spec: PatchSpec, ctx: Context) -> PatchResult:
-    """The state of one patch; hashes first (no parsing when the ledger proves it), then shapes."""
+RUST_FRONTEND = "VLLM_USE_RUST_FRONTEND"
+RUST_FRONTEND_FROM = Version("0.22.0")  # the first release whose envs.py defines it
+
+
+def rust_frontend(inst: Installation, environ: Mapping[str, str]) -> bool:
+    """VLLM_USE_RUST_FRONTEND is a non-zero integer here and the installed vLLM reads it (G27)."""
+    try:
+        on = int(environ.get(RUST_FRONTEND, "0")) != 0
+    except ValueError:
+        return False
+    return on and inst.version >= RUST_FRONTEND_FROM
+
+
+def _bypassed(result: PatchResult) -> PatchResult:
+    """A patch of the Python chat path does nothing while `vllm serve` hands HTTP to vllm-rs: say so (G27)."""
+    spec = by_id().get(result.id)
+    if spec is None or not spec.python_frontend or result.state not in (State.APPLIED, State.PENDING):
+        return result
+    note = f"bypassed while {RUST_FRONTEND}=1: `vllm serve` answers chat through vllm-rs, not this Python code (G27)"
+    return replace(result, reason=f"{result.reason}; {note}", warnings=(*result.warnings, note))
+
+
+def _unchosen(result: PatchResult) -> PatchResult:
+    """An opt-in patch nobody named: where `apply` would act (pending, or drifted), it is reported as opt-in."""
+    if result.state not in (State.PENDING, State.DRIFTED):
+        return result
+    spec = by_id()[result.id]
+    return replace(result, state=State.OPT_IN, reason=f"opt-in, not applied ({spec.opt_in}); apply with --with {spec.id}")
+
+
+def judge(spec: PatchSpec, ctx: Context, *, rewrite: bool = True) -> PatchResult:
+    """The state of one patch; hashes first (no parsing when the ledger proves it), then shapes.
+
+    `rewrite=False` skips the trial rewrite that tells pending from drifted (it imports libcst): for
+    opt-in patches nobody named, which are reported as opt-in either way."""
     version = ctx.inst.version
     rel = target_of(spec, version)
     if rel is None or (spec.fixed_in and version >= Version(spec.fixed_in)):
@@ -29,8 +74,10 @@ def judge(spec: PatchSpec, ctx: Context) -> PatchResult:
     data = ctx.read(rel)
     if data is None:
         return PatchResult(spec.id, State.DRIFTED, f"target file {rel} does not exist in vllm {version}", rel)
-    recorded = _recorded_state(spec, ctx, rel, data)
-    return recorded or _judge_shape(spec, ctx, rel, data)
+    result = _recorded_state(spec, ctx, rel, data) or _judge_shape(spec, ctx, rel, data, rewrite)
+    if result.state in (State.APPLIED, State.PENDING) and (seen := spec.watch(ctx.package)):
+        result = replace(result, reason=f"{result.reason}; {seen}", warnings=(*result.warnings, seen))
+    return result
 
 
 def _outside_bands(spec: PatchSpec, ctx: Context) -> PatchResult:
@@ -59,7 +106,7 @@ def _recorded_state(spec: PatchSpec, ctx: Context, rel: str, data: bytes) -> Pat
     return None
 
 
-def _judge_shape(spec: PatchSpec, ctx: Context, rel: str, data: bytes) -> PatchResult:
+def _judge_shape(spec: PatchSpec, ctx: Context, rel: str, data: bytes, rewrite: bool = True) -> PatchResult:
     text = decode(data)
     if text is None:
         return PatchResult(spec.id, State.DRIFTED, f"{rel} is not valid UTF-8", rel)
@@ -71,6 +118,8 @@ def _judge_shape(spec: PatchSpec, ctx: Context, rel: str, data: bytes) -> PatchR
         return PatchResult(spec.id, State.APPLIED, why, rel)
     if reason := spec.not_needed(text, ctx.package):
         return PatchResult(spec.id, State.NOT_NEEDED, reason, rel)
+    if not rewrite:
+        return PatchResult(spec.id, State.PENDING, f"unpatched shape found in vllm {ctx.inst.version}", rel)
     try:
         ctx.dry_run(spec, text)
     except PatchFailed as exc:

@@ -125,7 +125,9 @@ def _precompile(python: str, layout: Layout) -> None:
 
 def _stored_selection(previous: dict[str, Any] | None) -> Selection:
     chosen = (previous or {}).get("selection") or {}
-    return Selection(only=tuple(chosen.get("only", ())), skip=tuple(chosen.get("skip", ())))
+    return Selection(
+        only=tuple(chosen.get("only", ())), skip=tuple(chosen.get("skip", ())), with_=tuple(chosen.get("with", ()))
+    )
 
 
 def _refuse_unfixable(report: Report) -> None:
@@ -153,7 +155,7 @@ def expectation(report: Report, mode: str, chosen: Selection, tool: str) -> dict
         "format": plugin.FORMAT, "mode": mode, "vllm": str(inst.version), "distribution": inst.distribution,
         "gptoss_patch": __version__,
         "patches": {r.id: r.file for r in wanted}, "files": files, "tool": tool,
-        "selection": {"only": list(chosen.only), "skip": list(chosen.skip)},
+        "selection": {"only": list(chosen.only), "skip": list(chosen.skip), "with": list(chosen.with_)},
     }
 
 

@@ -321,7 +321,9 @@ def reinstall_command(python: str, distribution: str, version: str) -> str:
 
 def _selection_args(state: dict | None) -> str:
     chosen = (state or {}).get("selection", {})
-    return "".join(f" --only {i}" for i in chosen.get("only", ())) + "".join(f" --skip {i}" for i in chosen.get("skip", ()))
+    return "".join(
+        f" --{flag} {i}" for key, flag in (("only", "only"), ("skip", "skip"), ("with", "with")) for i in chosen.get(key, ())
+    )
 
 
 def _refuse(line: str, root: bool) -> NoReturn:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gptoss_patch.errors import TargetError, UsageError
-from gptoss_patch.launcher import knowledge, plan as planning, profiles
+from gptoss_patch.launcher import knowledge, plan as planning, profiles, serving_traps
 from gptoss_patch.launcher.results import Check, LaunchPlan, Status
 from gptoss_patch.launcher.static import Capabilities, FlagUse, scan_flags
 
@@ -38,6 +38,7 @@ def run_checks(plan: LaunchPlan) -> tuple[Check, ...]:
         *check_security(plan),
         *check_capture_sizes(plan),
         *check_moe_backend(plan),
+        *serving_traps.run(plan),
         *launchability(plan),
     )
 

@@ -185,4 +185,5 @@ SPEC = PatchSpec(
             "so the variable would change nothing there (G02)",
         ),
     ),
+    python_frontend=True,
 )

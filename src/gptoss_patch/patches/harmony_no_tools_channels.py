@@ -4,6 +4,11 @@ vLLM 0.15.x-0.16.x did this in `harmony_utils.get_system_message`; vllm#32114 (f
 the block, and through 0.33.0 the system message tells gpt-oss that `commentary` is valid in tool-less
 requests. The model then sometimes opens commentary or tool-style headers and the harmony parser fails
 ("Unknown role", "Unexpected token ... start token 200006"). Report: https://github.com/tenstorrent/vllm/issues/386
+
+Opt-in (SPEC.opt_in): the removal was deliberate. The harmony format declares all three channels and
+uses `commentary` for preambles shown to users; the model's own chat template always lists all three;
+and a Responses request with only built-in tools (browser, python, container) counts as tool-less
+here, so the rule would also hide `commentary` from it. Applied only when named (--with, --only).
 """
 
 import ast
@@ -117,4 +122,9 @@ SPEC = PatchSpec(
         "vllm#43408 (open) tolerates the resulting malformed streams instead."
     ),
     stock_not_needed="<0.17.0",  # the restriction is still stock in 0.15.1 and 0.16.0
+    opt_in=(
+        "it departs from upstream on purpose: stock vLLM from 0.17.0, the model's chat template and vLLM's Rust "
+        "renderer declare all three channels, and Responses requests with only built-in tools would lose preambles"
+    ),
+    python_frontend=True,
 )

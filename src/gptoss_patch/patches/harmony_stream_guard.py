@@ -150,4 +150,5 @@ SPEC = PatchSpec(
     ),
     probe_needs_vocabulary=True,
     probe_runs_on="<0.32",  # 0.32+ has no helper to call, and HarmonyParser needs a tokenizer to build
+    python_frontend=True,
 )

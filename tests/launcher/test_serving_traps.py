@@ -1,0 +1,220 @@
+"""Pre-flight checks for gpt-oss on recent vLLM (G26-G31), on installs of the real 0.17.1, 0.22.1 and 0.33.0 wheels.
+
+What the checks read from vLLM (its METADATA, envs.py, the serve flags) comes from those wheels; the
+openai_harmony providers are built here in the shape both real providers install (two files under
+`openai_harmony/`, listed in each RECORD).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gptoss_patch.cli import app
+from gptoss_patch.launcher import preflight, serving_traps
+from gptoss_patch.launcher.results import Status
+from tests.launcher.conftest import resolve, rows
+from tests.launcher.installs import build_install
+from tests.support.markers import needs
+
+
+def checks_for(inst, environ=None, **options):
+    return preflight.run_checks(resolve(inst, environ, **options))
+
+
+def one(checks, name):
+    found = rows(checks, name)
+    assert len(found) == 1, found
+    return found[0]
+
+
+# -- G26: two providers of openai_harmony ---------------------------------------------------------
+
+
+def _digest(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def add_provider(site: Path, name: str, version: str, so: bytes) -> None:
+    """A distribution that installs the openai_harmony package, the way openai-harmony and oss-harmony both do."""
+    files = {"openai_harmony/__init__.py": b"from .openai_harmony import *\n", "openai_harmony/openai_harmony.abi3.so": so}
+    for rel, data in files.items():
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_bytes(data)
+    dist_info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    rows_ = [f"{rel},{_digest(data)},{len(data)}" for rel, data in files.items()]
+    (dist_info / "RECORD").write_text("\n".join([*rows_, f"{dist_info.name}/RECORD,,"]) + "\n")
+
+
+@pytest.fixture
+@needs("upstream")
+def install_033(tmp_path):
+    return build_install(tmp_path / "venv", "0.33.0", patched=False)
+
+
+def test_one_provider_passes(install_033):
+    add_provider(Path(install_033.site_packages), "oss-harmony", "0.0.11", b"embedded vocabulary")
+    check = one(checks_for(install_033, allow_unpatched=True), "harmony")
+    assert check.status is Status.PASS and "oss-harmony alone" in check.message
+
+
+def test_two_providers_warn_naming_whose_files_won_and_the_requirement(install_033):
+    site = Path(install_033.site_packages)
+    add_provider(site, "oss-harmony", "0.0.11", b"embedded vocabulary")
+    add_provider(site, "openai-harmony", "0.0.8", b"downloads the vocabulary")  # installed last: its files are on disk
+    check = one(checks_for(install_033, allow_unpatched=True), "harmony")
+    assert (check.status, check.issue) == (Status.WARN, "G26")
+    assert "the files on disk are openai-harmony's" in check.message
+    assert "requires oss-harmony>=0.0.11" in check.message  # read from the real 0.33.0 METADATA
+    assert check.fix.endswith("uninstall -y openai-harmony oss-harmony && " f"{install_033.python} -m pip install --no-deps 'oss-harmony>=0.0.11'")
+
+
+def test_files_matching_neither_record_are_said_so(install_033):
+    site = Path(install_033.site_packages)
+    add_provider(site, "oss-harmony", "0.0.11", b"embedded vocabulary")
+    add_provider(site, "openai-harmony", "0.0.8", b"downloads the vocabulary")
+    (site / "openai_harmony/openai_harmony.abi3.so").write_bytes(b"something else")
+    assert "match neither RECORD" in one(checks_for(install_033, allow_unpatched=True), "harmony").message
+
+
+def test_an_unreadable_record_is_a_warning_with_the_reason(install_033):
+    site = Path(install_033.site_packages)
+    add_provider(site, "oss-harmony", "0.0.11", b"embedded vocabulary")
+    (site / "oss_harmony-0.0.11.dist-info" / "RECORD").unlink()
+    check = one(checks_for(install_033, allow_unpatched=True), "harmony")
+    assert check.status is Status.WARN and "cannot read oss_harmony-0.0.11.dist-info/RECORD" in check.message
+
+
+@pytest.mark.parametrize(("version", "requirement"), [("0.22.1", "openai-harmony>=0.0.3"), ("0.33.0", "oss-harmony>=0.0.11")])
+def test_the_requirement_comes_from_vllms_metadata(installs, version, requirement):
+    assert serving_traps.required_harmony(Path(installs[version].dist_info)) == requirement
+
+
+# -- G27: the Rust frontend ------------------------------------------------------------------------
+
+
+def test_rust_frontend_warns_naming_the_bypassed_patches(installs):
+    check = one(checks_for(installs["0.22.1"], {"VLLM_USE_RUST_FRONTEND": "1"}), "frontend")
+    assert (check.status, check.issue) == (Status.WARN, "G27")
+    assert "harmony_instructions" in check.message and "marlin_atomic_add_sm121" not in check.message
+    assert check.fix.startswith("unset VLLM_USE_RUST_FRONTEND")
+
+
+@pytest.mark.parametrize("value", ["0", "yes"])
+def test_rust_frontend_off_or_unparsable_says_nothing(installs, value):
+    assert rows(checks_for(installs["0.33.0"], {"VLLM_USE_RUST_FRONTEND": value}), "frontend") == []
+
+
+def test_status_reports_python_patches_as_bypassed_while_the_variable_is_set(installs, monkeypatch):
+    monkeypatch.setenv("VLLM_USE_RUST_FRONTEND", "1")
+    result = CliRunner().invoke(app, ["status", "--python", installs["0.22.1"].python, "--json"])
+    assert result.exit_code == 0, result.output
+    patches = {p["id"]: p for p in json.loads(result.stdout)["patches"]}
+    assert "bypassed while VLLM_USE_RUST_FRONTEND=1" in patches["harmony_instructions"]["reason"]
+    assert "warnings" not in patches["marlin_atomic_add_sm121"]  # the engine side still runs in Python
+
+
+def test_status_says_nothing_of_the_rust_frontend_where_vllm_does_not_read_it(installs, monkeypatch):
+    monkeypatch.setenv("VLLM_USE_RUST_FRONTEND", "1")
+    result = CliRunner().invoke(app, ["status", "--python", installs["0.17.1"].python, "--json"])
+    assert "bypassed" not in result.stdout
+
+
+# -- G28: tool calls without the gpt-oss tool parser -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("extra", "status"),
+    [
+        (("--enable-auto-tool-choice",), Status.WARN),
+        (("--tool-call-parser", "openai"), Status.WARN),
+        (("--enable-auto-tool-choice", "--tool-call-parser", "hermes"), Status.FAIL),
+        (("--enable-auto-tool-choice", "--tool-call-parser", "openai"), Status.PASS),
+    ],
+    ids=["auto-without-parser", "parser-without-auto", "wrong-parser", "both"],
+)
+def test_tool_calling_needs_both_flags_and_the_openai_parser(installs, extra, status):
+    check = one(checks_for(installs["0.33.0"], extra_args=extra), "tools")
+    assert (check.status, check.issue) == (status, "G28")
+
+
+def test_no_tool_flags_no_tool_check(installs):
+    assert rows(checks_for(installs["0.33.0"]), "tools") == []
+
+
+# -- G29: MoE backends forced on GB10 ----------------------------------------------------------------
+
+
+def test_humming_forced_on_gb10_warns_where_vllm_pins_the_crashing_kernels(installs):
+    check = one([c for c in checks_for(installs["0.22.1"], gpu="sm121", extra_args=("--moe-backend", "humming")) if c.issue == "G29"], "moe-backend")
+    assert check.status is Status.WARN and "vllm#49554" in check.message
+
+
+def test_humming_on_033_and_other_gpus_is_not_flagged(installs):
+    assert not [c for c in checks_for(installs["0.33.0"], gpu="sm121", extra_args=("--moe-backend", "humming")) if c.issue == "G29"]
+    assert not [c for c in checks_for(installs["0.22.1"], gpu="sm90", extra_args=("--moe-backend", "humming")) if c.issue == "G29"]
+
+
+def test_triton_unfused_on_gb10_warns_from_032(installs):
+    found = [c for c in checks_for(installs["0.33.0"], gpu="sm121", extra_args=("--moe-backend", "triton_unfused")) if c.issue == "G29"]
+    assert len(found) == 1 and "vllm#41477" in found[0].message
+
+
+# -- G30: FP8 KV cache on the sliding-window layers --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("extra", "status"),
+    [
+        (("--kv-cache-dtype", "fp8"), Status.WARN),
+        (("--kv-cache-dtype", "fp8_e4m3", "--kv-cache-dtype-skip-layers", "sliding_window"), Status.PASS),
+        (("--kv-cache-dtype", "fp8", "--kv-cache-dtype-skip-layers", "0", "sliding_window"), Status.PASS),
+    ],
+    ids=["fp8-alone", "skipped", "skipped-among-others"],
+)
+def test_fp8_kv_cache_wants_the_sliding_window_skip(installs, extra, status):
+    check = one(checks_for(installs["0.33.0"], extra_args=extra), "kv-cache")
+    assert (check.status, check.issue) == (status, "G30")
+
+
+def test_no_kv_check_where_the_skip_flag_does_not_exist(installs):
+    assert rows(checks_for(installs["0.17.1"], extra_args=("--kv-cache-dtype", "fp8")), "kv-cache") == []
+
+
+# -- G31: structured-output backends that reject structural tags -------------------------------------
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [("--structured-outputs-config", '{"backend": "outlines"}'), ("--structured-outputs-config.backend", "lm-format-enforcer")],
+    ids=["json", "dotted"],
+)
+def test_backends_that_reject_structural_tags_warn(installs, extra):
+    check = one(checks_for(installs["0.33.0"], extra_args=extra), "structured-output")
+    assert (check.status, check.issue) == (Status.WARN, "G31") and "fails with 400" in check.message
+
+
+@pytest.mark.parametrize("backend", ["xgrammar", "guidance", "auto"])
+def test_backends_that_accept_them_say_nothing(installs, backend):
+    assert rows(checks_for(installs["0.33.0"], extra_args=("--structured-outputs-config.backend", backend)), "structured-output") == []
+
+
+def test_before_0270_response_format_is_no_structural_tag(installs):
+    extra = ("--structured-outputs-config.backend", "outlines")
+    assert rows(checks_for(installs["0.22.1"], extra_args=extra), "structured-output") == []
+
+
+def test_every_issue_these_checks_print_is_in_the_catalogue():
+    text = (Path(__file__).resolve().parents[2] / "docs" / "known-issues.md").read_text()
+    source = Path(serving_traps.__file__).read_text()
+    printed = sorted(set(re.findall(r'issue="(G\d\d)"', source)))
+    assert printed == ["G26", "G27", "G28", "G29", "G30", "G31"]
+    assert all(f'<a id="{g.lower()}"></a>' in text for g in printed)
