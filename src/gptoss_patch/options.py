@@ -27,6 +27,14 @@ OnlyOption = Annotated[
 SkipOption = Annotated[
     list[str] | None, typer.Option("--skip", metavar="ID", help="Leave this patch out (repeatable).", show_default=False)
 ]
+PatchDirOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--patch-dir", metavar="DIR", show_default=False,
+        help="A directory of your own patches (NAME.diff, from `gptoss-patch capture`); repeatable. "
+        "Default: GPTOSS_PATCH_DIRS, else \\[tool.gptoss-patch] patch-dirs in the nearest pyproject.toml.",
+    ),
+]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help="More detail; tracebacks for unexpected errors.")]
 
@@ -100,7 +108,17 @@ def _say_when_waiting_for_the_lock() -> None:
     ledger.on_wait = render.info
 
 
-def selection(only: list[str] | None, skip: list[str] | None):  # -> spec.Selection
+def selection(only: list[str] | None, skip: list[str] | None, user: Any = ()):  # -> spec.Selection
+    """--only/--skip, checked against the built-in ids and the names of `user` (user patches, or names)."""
     from gptoss_patch import registry
 
-    return registry.selection(only, skip)
+    return registry.selection(only, skip, tuple(getattr(u, "name", u) for u in user))
+
+
+def user_patches(patch_dir: list[str] | None):  # -> tuple[userpatches.UserPatch, ...]
+    """The user patches of --patch-dir (else GPTOSS_PATCH_DIRS, else pyproject.toml), each checked."""
+    from pathlib import Path
+
+    from gptoss_patch import registry, userpatches
+
+    return userpatches.load_dirs(userpatches.patch_dirs(patch_dir, Path.cwd()), registry.ids())

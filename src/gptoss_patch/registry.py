@@ -46,15 +46,17 @@ def by_id() -> dict[str, PatchSpec]:
     return {spec.id: spec for spec in all_specs()}
 
 
-def check_ids(names: tuple[str, ...]) -> None:
-    unknown = [n for n in names if n not in ids()]
+def check_ids(names: tuple[str, ...], extra: tuple[str, ...] = ()) -> None:
+    """Every name must be a patch id, or one of `extra` (the user patches' names)."""
+    known = (*ids(), *extra)
+    unknown = [n for n in names if n not in known]
     if unknown:
-        raise UsageError(f"unknown patch id {unknown[0]!r}; known: {', '.join(ids())}")
+        raise UsageError(f"unknown patch id {unknown[0]!r}; known: {', '.join(known)}")
 
 
-def selection(only: list[str] | None, skip: list[str] | None) -> Selection:
+def selection(only: list[str] | None, skip: list[str] | None, extra: tuple[str, ...] = ()) -> Selection:
     chosen = Selection(only=tuple(only or ()), skip=tuple(skip or ()))
-    check_ids(chosen.only + chosen.skip)
+    check_ids(chosen.only + chosen.skip, extra)
     return chosen
 
 

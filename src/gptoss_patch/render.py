@@ -24,6 +24,7 @@ STATE_STYLE = {
     State.OUT_OF_RANGE: "dim",
     State.DRIFTED: "red",
     State.MODIFIED: "red",
+    State.CONFLICT: "red",
 }
 
 
@@ -73,7 +74,8 @@ def detected(report: Report) -> None:
 
 def status_table(report: Report) -> None:
     rows = [
-        (r.id, f"[{STATE_STYLE[r.state]}]{r.state.value}[/]", r.file or "-", escape(r.reason)) for r in report.results
+        (r.id, f"[{STATE_STYLE[r.state]}]{r.state.value}[/]", "\n".join(r.files) or r.file or "-", escape(r.reason))
+        for r in report.results
     ]
     table(None, ("patch", "state", "file", "reason"), rows)
 
@@ -87,7 +89,7 @@ def narrate(results: Sequence[PatchResult], *, verb: str, dry_run: bool = False)
     """`Patched <file> (<id>)` for what changed; `Would patch ...` under --dry-run."""
     for r in results:
         if r.changed:
-            info(f"{'Would ' + verb.lower().removesuffix('ed') if dry_run else verb} {r.file} ({r.id})")
+            info(f"{'Would ' + verb.lower().removesuffix('ed') if dry_run else verb} {', '.join(r.files) or r.file} ({r.id})")
         for w in r.warnings:
             warn(f"{r.id}: {w}")
 

@@ -8,7 +8,8 @@ from gptoss_patch import engine, render
 from gptoss_patch.commands.apply import WithDiffOption
 from gptoss_patch.errors import ExitCode
 from gptoss_patch.options import (
-    OnlyOption, PythonOption, SkipOption, VenvOption, VerboseOption, VllmOption, handles_errors, installation, selection,
+    OnlyOption, PatchDirOption, PythonOption, SkipOption, VenvOption, VerboseOption, VllmOption, handles_errors,
+    installation, selection, user_patches,
 )
 
 
@@ -19,13 +20,16 @@ ExitCodeOption = Annotated[bool, typer.Option("--exit-code", help="Exit 1 when t
 def diff(
     python: PythonOption = None, venv: VenvOption = None, vllm: VllmOption = None,
     only: OnlyOption = None, skip: SkipOption = None, with_diff: WithDiffOption = None, verbose: VerboseOption = False,
-    exit_code: ExitCodeOption = False,
+    exit_code: ExitCodeOption = False, patch_dir: PatchDirOption = None,
 ) -> None:
     """Print the diff `apply` would write; empty when nothing is pending.
 
     With --exit-code, exit 1 when the diff is not empty (like `git diff --exit-code` and ruff's --diff).
     """
-    report = engine.apply(installation(python, venv, vllm), selection(only, skip), dry_run=True, diffs=with_diff or ())
+    user = user_patches(patch_dir)
+    report = engine.apply(
+        installation(python, venv, vllm), selection(only, skip, user), dry_run=True, diffs=with_diff or (), user=user
+    )
     render.detected(report)
     text = "".join(dict.fromkeys(r.diff for r in report.results if r.diff))
     typer.echo(text, nl=False)

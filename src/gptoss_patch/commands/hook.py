@@ -10,6 +10,7 @@ from gptoss_patch.errors import ExitCode
 from gptoss_patch.options import (
     JsonOption,
     OnlyOption,
+    PatchDirOption,
     PythonOption,
     SkipOption,
     VenvOption,
@@ -37,20 +38,28 @@ ModeOption = Annotated[
 @handles_errors
 def install(
     python: PythonOption = None, venv: VenvOption = None, vllm: VllmOption = None, mode: ModeOption = None,
-    only: OnlyOption = None, skip: SkipOption = None, json: JsonOption = False, verbose: VerboseOption = False,
+    only: OnlyOption = None, skip: SkipOption = None, patch_dir: PatchDirOption = None,
+    json: JsonOption = False, verbose: VerboseOption = False,
 ) -> None:
     """Install (or refresh) the hook: every vLLM process checks its patches before the model loads.
 
     Records the patches this vLLM should carry (applied or pending now, minus --skip) with the hashes
     of the patched files, beside the hook and outside vLLM's .dist-info, so a reinstall of vLLM cannot
     erase the expectation. Re-run it after changing the patch set; it keeps the mode unless --mode is given.
+    Your own patches (--patch-dir, GPTOSS_PATCH_DIRS or pyproject.toml; default: the directories recorded
+    before) are expected too, and mode apply re-applies them from those directories.
     """
+    from pathlib import Path
+
+    from gptoss_patch import userpatches
     from gptoss_patch.hook import installer
 
     installer.check_mode(mode)
-    chosen = selection(only, skip) if (only or skip) else None
+    dirs = userpatches.patch_dirs(patch_dir, Path.cwd())
+    user = userpatches.load_dirs(dirs) if dirs else ()
+    chosen = selection(only, skip, user) if (only or skip) else None
     inst = installation(python, venv, vllm)
-    result = installer.install(inst, mode=mode, selection=chosen)
+    result = installer.install(inst, mode=mode, selection=chosen, patch_dirs=dirs or None)
     _show(result, inst.python, json, verb="Installed")
 
 

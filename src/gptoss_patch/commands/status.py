@@ -1,25 +1,35 @@
 """`gptoss-patch status`: one line per patch; exit 1 when anything is pending, drifted or modified."""
 
+from typing import Annotated
+
 import typer
 
 from gptoss_patch import engine, render
 from gptoss_patch.errors import ExitCode
+from gptoss_patch.spec import State
 from gptoss_patch.options import (
-    JsonOption, OnlyOption, PythonOption, SkipOption, VenvOption, VerboseOption, VllmOption,
-    handles_errors, installation, selection,
+    JsonOption, OnlyOption, PatchDirOption, PythonOption, SkipOption, VenvOption, VerboseOption, VllmOption,
+    handles_errors, installation, selection, user_patches,
 )
+
+StrictOption = Annotated[bool, typer.Option("--strict", help="Exit 1 also when one of your patches is out-of-range (stale).")]
 
 
 @handles_errors
 def status(
     python: PythonOption = None, venv: VenvOption = None, vllm: VllmOption = None,
-    only: OnlyOption = None, skip: SkipOption = None, json: JsonOption = False, verbose: VerboseOption = False,
+    only: OnlyOption = None, skip: SkipOption = None, patch_dir: PatchDirOption = None,
+    strict: StrictOption = False, json: JsonOption = False, verbose: VerboseOption = False,
 ) -> None:
-    """Show each patch's state: applied, pending, not-needed, fixed-upstream, out-of-range, drifted, modified."""
-    chosen = selection(only, skip)
-    report = engine.status(installation(python, venv, vllm), chosen)
+    """Show each patch's state: applied, pending, not-needed, fixed-upstream, out-of-range, drifted, modified, conflict.
+
+    Your own patches (--patch-dir) come first, in the order apply applies them. With --strict, a user patch that is out-of-range (stale after an upgrade) also makes the exit code 1.
+    """
+    user = user_patches(patch_dir)
+    chosen = selection(only, skip, user)
+    report = engine.status(installation(python, venv, vllm), chosen, user)
     render.detected(report)
-    clean = not any(r.state.needs_action for r in report.results)
+    clean = not any(r.state.needs_action or (strict and r.origin and r.state is State.OUT_OF_RANGE) for r in report.results)
     if json:
         render.report_json(report, clean=clean)
     else:

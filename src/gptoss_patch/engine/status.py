@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from packaging.version import Version
 
 from gptoss_patch.engine.context import Context, decode, open_context, target_of
 from gptoss_patch.engine.releases import identify
 from gptoss_patch.engine.transaction import recover
+from gptoss_patch.engine.userdiffs import judge_user
 from gptoss_patch.errors import PatchFailed
 from gptoss_patch.fsutil import sha256
 from gptoss_patch.registry import selected
 from gptoss_patch.spec import PatchResult, PatchSpec, Report, Selection, State
 from gptoss_patch.target import Installation
+from gptoss_patch.userpatches import UserPatch
 
 
-def status(inst: Installation, selection: Selection = Selection()) -> Report:
+def status(inst: Installation, selection: Selection = Selection(), user: Sequence[UserPatch] = ()) -> Report:
+    """User patches first (the order apply applies them in), then the built-ins."""
     notices = recover(inst)
     ctx = open_context(inst)
-    return Report(inst, tuple(judge(spec, ctx) for spec in selected(selection)), notices, identify(inst))
+    mine = [judge_user(p, ctx) for p in user if selection.wants(p.name)]
+    return Report(inst, (*mine, *(judge(spec, ctx) for spec in selected(selection))), notices, identify(inst))
 
 
 def judge(spec: PatchSpec, ctx: Context) -> PatchResult:

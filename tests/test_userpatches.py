@@ -1,0 +1,303 @@
+"""The user's own patches on a fake vLLM: capture, patch directories, apply/status/revert, re-apply after a
+reinstall, the hook's expectation, audit, and bad input (one line, exit code, nothing written)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gptoss_patch.cli import app
+from gptoss_patch.hook import plugin
+from tests.support import fakesite
+
+runner = CliRunner()
+ENVS_REL = "vllm/envs.py"
+ENVS = "import os\n\nVLLM_HOST_IP = os.getenv('VLLM_HOST_IP', '')\nVLLM_PORT = None\n"
+MARLIN = fakesite.MARLIN_REL
+
+
+def run(*args: str, env: dict[str, str] | None = None):
+    return runner.invoke(app, list(args), env=env)
+
+
+def build(root: Path):
+    return fakesite.build(root, files={ENVS_REL: ENVS})
+
+
+def wheel_of(inst, dest: Path) -> Path:
+    """A wheel-shaped zip of the pristine fake install (files + its RECORD), as `--from` takes it."""
+    with zipfile.ZipFile(dest, "w") as zf:
+        for line in inst.record.read_text().splitlines():
+            rel = line.split(",")[0]
+            if (inst.site_packages / rel).is_file():
+                zf.write(inst.site_packages / rel, rel)
+    return dest
+
+
+def edit(inst, rel: str, old: str, new: str) -> None:
+    path = inst.site_packages / rel
+    text = path.read_text()
+    assert old in text, rel
+    path.write_text(text.replace(old, new, 1))
+
+
+def snapshot(inst) -> dict[str, bytes]:
+    root = inst.site_packages
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
+
+
+def states(venv: Path, *extra: str) -> dict[str, str]:
+    result = run("status", "--venv", str(venv), "--json", *extra)
+    return {p["id"]: p["state"] for p in json.loads(result.stdout)["patches"]}
+
+
+@pytest.fixture
+def site(tmp_path: Path):
+    """A fake vllm 0.17.1, its pristine wheel, and a patch directory."""
+    inst = build(tmp_path / "venv")
+    wheel = wheel_of(inst, tmp_path / "vllm-0.17.1-py3-none-any.whl")
+    patches = tmp_path / "patches"
+    patches.mkdir()
+    return inst, tmp_path / "venv", wheel, patches
+
+
+def capture_edits(inst, venv: Path, wheel: Path, patches: Path, *extra: str):
+    edit(inst, ENVS_REL, "VLLM_PORT = None", "VLLM_PORT = 8123")
+    edit(inst, MARLIN, "    if not envs.VLLM_MARLIN_USE_ATOMIC_ADD:", "    # local: always allowed\n    if not envs.VLLM_MARLIN_USE_ATOMIC_ADD:")
+    return run("capture", "mine", "--dir", str(patches), "--from", str(wheel), "--venv", str(venv), *extra)
+
+
+def test_capture_writes_a_version_keyed_diff_that_git_applies_from_site_packages(site, tmp_path):
+    inst, venv, wheel, patches = site
+    result = capture_edits(inst, venv, wheel, patches)
+    assert result.exit_code == 0, result.stderr
+    text = (patches / "mine.diff").read_text()
+    assert text.startswith("# gptoss-patch user patch: mine\n# vllm: ==0.17.1\n--- a/vllm/")
+    assert f"--- a/{ENVS_REL}\n+++ b/{ENVS_REL}\n" in text and f"+++ b/{MARLIN}\n" in text
+    assert "+VLLM_PORT = 8123\n" in text and "+    # local: always allowed\n" in text
+
+    other = build(tmp_path / "other")  # a pristine copy: git apply -p1 from its site-packages gives the edited files
+    subprocess.run(["git", "apply", "-p1", str(patches / "mine.diff")], cwd=other.site_packages, check=True)
+    for rel in (ENVS_REL, MARLIN):
+        assert (other.site_packages / rel).read_bytes() == (inst.site_packages / rel).read_bytes()
+
+    # recorded as applied: proven by the ledger, nothing else pending for it
+    assert states(venv, "--patch-dir", str(patches))["mine"] == "applied"
+    assert run("audit", "--venv", str(venv)).exit_code == 0
+
+
+def test_nothing_to_capture_is_one_line_and_exit_1(site):
+    inst, venv, wheel, patches = site
+    result = run("capture", "mine", "--dir", str(patches), "--from", str(wheel), "--venv", str(venv))
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[-1].startswith("nothing to capture: ")
+    assert not list(patches.iterdir())
+
+
+def test_capture_of_a_patched_file_keeps_only_the_users_lines(site, tmp_path):
+    inst, venv, wheel, patches = site
+    assert run("apply", "--venv", str(venv)).exit_code == 0
+    edit(inst, MARLIN, "    return torch.cuda", "    # local tweak\n    return torch.cuda")
+    edited = (inst.site_packages / MARLIN).read_bytes()
+    result = run("capture", "tweak", "--dir", str(patches), "--venv", str(venv))  # the ledger has the original: no --from
+    assert result.exit_code == 0, result.stderr
+    text = (patches / "tweak.diff").read_text()
+    assert [ln for ln in text.splitlines() if ln.startswith(("+", "-")) and not ln.startswith(("+++", "---"))] == [
+        "+    # local tweak"
+    ]
+    assert states(venv, "--patch-dir", str(patches)) == {**states(venv), "tweak": "applied"}
+
+    fresh = tmp_path / "fresh"  # a reinstall: pristine files, no ledger
+    build(fresh)
+    result = run("apply", "--venv", str(fresh), "--patch-dir", str(patches))
+    assert result.exit_code == 0, result.stderr
+    assert (fresh / (inst.site_packages / MARLIN).relative_to(venv)).read_bytes() == edited
+
+    # revert --only takes out the user patch and keeps the built-in
+    result = run("revert", "--venv", str(venv), "--only", "tweak")
+    assert result.exit_code == 0, result.stderr
+    text = (inst.site_packages / MARLIN).read_text()
+    assert "# local tweak" not in text and states(venv)["marlin_atomic_add_sm121"] == "applied"
+
+
+def test_reinstall_then_apply_re_applies_user_patches_with_the_built_ins_and_revert_restores_record(site, tmp_path):
+    inst, venv, wheel, patches = site
+    assert capture_edits(inst, venv, wheel, patches).exit_code == 0
+    fresh_venv = tmp_path / "reinstalled"
+    fresh = build(fresh_venv)
+    pristine = snapshot(fresh)
+    assert states(fresh_venv, "--patch-dir", str(patches))["mine"] == "pending"
+    result = run("apply", "--venv", str(fresh_venv), "--patch-dir", str(patches))
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr.splitlines()[1] == f"Patched {ENVS_REL}, {MARLIN} (mine)"  # user patches first
+    assert (fresh.site_packages / ENVS_REL).read_bytes() == (inst.site_packages / ENVS_REL).read_bytes()
+    after = states(fresh_venv, "--patch-dir", str(patches))
+    assert after["mine"] == "applied" and after["marlin_atomic_add_sm121"] == "applied"
+    # idempotent: a second apply writes nothing
+    again = run("apply", "--venv", str(fresh_venv), "--patch-dir", str(patches))
+    assert again.exit_code == 0 and "Patched" not in again.stderr
+    # the JSON names the user patch, its origin and all its files
+    payload = json.loads(run("status", "--venv", str(fresh_venv), "--patch-dir", str(patches), "--json").stdout)
+    mine = next(p for p in payload["patches"] if p["id"] == "mine")
+    assert mine["origin"] == f"user: {patches / 'mine.diff'}" and mine["files"] == [ENVS_REL, MARLIN]
+    assert run("audit", "--venv", str(fresh_venv)).exit_code == 0
+    assert run("revert", "--venv", str(fresh_venv)).exit_code == 0
+    assert snapshot(fresh) == pristine
+
+
+def test_patch_dirs_from_the_environment_and_pyproject(site, tmp_path, monkeypatch):
+    inst, venv, wheel, patches = site
+    assert capture_edits(inst, venv, wheel, patches).exit_code == 0
+    assert states(venv)  # without a patch directory the user patch is not listed
+    assert "mine" not in states(venv)
+    assert run("status", "--venv", str(venv), env={"GPTOSS_PATCH_DIRS": str(patches)}).exit_code in (0, 1)
+    assert "mine" in json.loads(run("status", "--venv", str(venv), "--json", env={"GPTOSS_PATCH_DIRS": str(patches)}).stdout)["patches"][0]["id"]
+    project = tmp_path / "project"
+    (project / "sub").mkdir(parents=True)
+    (project / "pyproject.toml").write_text('[tool.gptoss-patch]\npatch-dirs = ["../patches"]\n')
+    monkeypatch.chdir(project / "sub")
+    monkeypatch.delenv("GPTOSS_PATCH_DIRS", raising=False)
+    assert states(venv)["mine"] == "applied"
+
+
+def test_stale_patch_is_conflict_with_the_failing_hunk_and_apply_writes_nothing(site, tmp_path):
+    inst, venv, wheel, patches = site
+    (patches / "stale.diff").write_text(
+        f"# vllm: >=0.17\n--- a/{ENVS_REL}\n+++ b/{ENVS_REL}\n@@ -4,1 +4,1 @@\n-VLLM_PORT = 9999\n+VLLM_PORT = 1\n"
+    )
+    result = run("status", "--venv", str(venv), "--patch-dir", str(patches), "--json")
+    stale = json.loads(result.stdout)["patches"][0]
+    assert result.exit_code == 1 and stale["state"] == "conflict"
+    assert f"patch failed: {ENVS_REL}:4" in stale["reason"]
+    before = snapshot(inst)
+    result = run("apply", "--venv", str(venv), "--patch-dir", str(patches))
+    assert result.exit_code == 5
+    assert result.stderr.splitlines()[0].startswith("error: stale is conflict: does not apply to vllm 0.17.1: patch failed")
+    assert snapshot(inst) == before
+
+
+def test_out_of_range_is_fine_unless_strict(site):
+    inst, venv, wheel, patches = site
+    assert capture_edits(inst, venv, wheel, patches, "--vllm-range", ">=0.17,<0.19").exit_code == 0
+    text = (patches / "mine.diff").read_text().replace("# vllm: >=0.17,<0.19", "# vllm: ==0.16.0")
+    (patches / "mine.diff").write_text(text)
+    assert run("revert", "--venv", str(venv), "--only", "mine").exit_code == 0
+    assert run("apply", "--venv", str(venv)).exit_code == 0
+    assert states(venv, "--patch-dir", str(patches))["mine"] == "out-of-range"
+    assert run("status", "--venv", str(venv), "--patch-dir", str(patches)).exit_code == 0
+    assert run("status", "--venv", str(venv), "--patch-dir", str(patches), "--strict").exit_code == 1
+
+
+def test_user_patch_on_the_lines_a_built_in_rewrites_is_a_conflict_naming_both(site):
+    inst, venv, wheel, patches = site
+    old = "    if not envs.VLLM_MARLIN_USE_ATOMIC_ADD:\n        return False\n"
+    text = (inst.site_packages / MARLIN).read_text()
+    assert old in text
+    import difflib
+
+    new = text.replace(old, "    if not envs.VLLM_MARLIN_USE_ATOMIC_ADD and n > 0:\n        return False\n")
+    diff = "".join(difflib.unified_diff(text.splitlines(True), new.splitlines(True), f"a/{MARLIN}", f"b/{MARLIN}"))
+    (patches / "clash.diff").write_text("# vllm: ==0.17.1\n" + diff)
+    before = snapshot(inst)
+    result = run("apply", "--venv", str(venv), "--patch-dir", str(patches))
+    assert result.exit_code == 5, result.stderr
+    line = result.stderr.splitlines()[0]
+    assert "clash" in line and "marlin_atomic_add_sm121" in line and line.endswith("nothing was written")
+    assert snapshot(inst) == before
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        ("--- a/setup.py\n+++ b/setup.py\n@@ -1 +1 @@\n-a\n+b\n", "touches 'a/setup.py', which is not a file of the vllm package"),
+        ("--- /etc/passwd\n+++ /etc/passwd\n@@ -1 +1 @@\n-a\n+b\n", "touches '/etc/passwd'"),
+        ("--- a/vllm/../x.py\n+++ b/vllm/../x.py\n@@ -1 +1 @@\n-a\n+b\n", "touches 'a/vllm/../x.py'"),
+        ("--- /dev/null\n+++ b/vllm/new.py\n@@ -0,0 +1 @@\n+b\n", "creates or deletes a file"),
+    ],
+)
+def test_bad_patch_files_are_refused_at_load_with_one_line(site, body, why):
+    inst, venv, wheel, patches = site
+    (patches / "bad.diff").write_text("# vllm: ==0.17.1\n" + body)
+    before = snapshot(inst)
+    for command in ("status", "apply", "revert"):
+        result = run(command, "--venv", str(venv), "--patch-dir", str(patches))
+        assert result.exit_code == 2, (command, result.stderr)
+        assert why in result.stderr.splitlines()[0], result.stderr
+    assert snapshot(inst) == before
+
+
+def test_not_utf8_missing_header_and_duplicate_names_are_usage_errors(site, tmp_path):
+    inst, venv, wheel, patches = site
+    (patches / "latin.diff").write_bytes(b"# vllm: ==0.17.1\n--- a/vllm/envs.py\n+++ b/vllm/envs.py\n@@ -1 +1 @@\n-a\n+\xe9\n")
+    result = run("status", "--venv", str(venv), "--patch-dir", str(patches))
+    assert result.exit_code == 2 and "is not UTF-8 text" in result.stderr
+    (patches / "latin.diff").write_text(f"--- a/{ENVS_REL}\n+++ b/{ENVS_REL}\n@@ -1 +1 @@\n-a\n+b\n")
+    result = run("status", "--venv", str(venv), "--patch-dir", str(patches))
+    assert result.exit_code == 2 and "has no `# vllm: <versions>` header line" in result.stderr
+    other = tmp_path / "other"
+    other.mkdir()
+    (patches / "latin.diff").write_text(f"# vllm: ==0.17.1\n--- a/{ENVS_REL}\n+++ b/{ENVS_REL}\n@@ -1 +1 @@\n-a\n+b\n")
+    shutil.copy(patches / "latin.diff", other / "latin.diff")
+    result = run("status", "--venv", str(venv), "--patch-dir", str(patches), "--patch-dir", str(other))
+    assert result.exit_code == 2 and "two patch directories hold a patch named 'latin'" in result.stderr
+
+
+def test_capture_refuses_files_outside_the_package_and_bad_names(site, tmp_path):
+    inst, venv, wheel, patches = site
+    outside = tmp_path / "elsewhere.py"
+    outside.write_text("x = 1\n")
+    result = run("capture", "mine", "--dir", str(patches), "--files", str(outside), "--venv", str(venv))
+    assert result.exit_code == 2 and "is not a file of the vllm package" in result.stderr
+    result = run("capture", "harmony_instructions", "--dir", str(patches), "--venv", str(venv))
+    assert result.exit_code == 2 and "is the id of a built-in patch" in result.stderr
+    edit(inst, ENVS_REL, "VLLM_PORT = None", "VLLM_PORT = 1")
+    result = run("capture", "mine", "--dir", str(patches), "--venv", str(venv))  # no ledger original, no --from
+    assert result.exit_code == 2 and "pass --from with its wheel" in result.stderr
+    assert not list(patches.iterdir())
+
+
+def test_audit_lists_changed_missing_and_added_files_with_hints(site):
+    inst, venv, wheel, patches = site
+    assert run("audit", "--venv", str(venv)).exit_code == 0
+    assert run("apply", "--venv", str(venv)).exit_code == 0
+    assert run("audit", "--venv", str(venv)).exit_code == 0  # patched files hold what gptoss-patch wrote
+    edit(inst, ENVS_REL, "VLLM_PORT = None", "VLLM_PORT = 1")
+    (inst.site_packages / fakesite.MXFP4_REL).unlink()
+    (inst.site_packages / "vllm" / "extra.py").write_text("x = 1\n")
+    result = run("audit", "--venv", str(venv), "--json")
+    assert result.exit_code == 1
+    findings = {f["path"]: f for f in json.loads(result.stdout)["findings"]}
+    assert {p: f["kind"] for p, f in findings.items()} == {
+        ENVS_REL: "changed", fakesite.MXFP4_REL: "missing", "vllm/extra.py": "added",
+    }
+    assert findings[ENVS_REL]["hint"].startswith(f"keep it as your own patch: gptoss-patch capture NAME --files {ENVS_REL}")
+
+
+def test_hook_expects_user_patches_and_its_fix_line_names_the_patch_dir(site, tmp_path):
+    inst, venv, wheel, patches = site
+    assert capture_edits(inst, venv, wheel, patches).exit_code == 0
+    assert run("apply", "--venv", str(venv), "--patch-dir", str(patches)).exit_code == 0
+    result = run("hook", "install", "--venv", str(venv), "--patch-dir", str(patches))
+    assert result.exit_code == 0, result.stderr
+    state = json.loads((inst.site_packages / "gptoss_patch_hook.json").read_text())
+    assert state["patch_dirs"] == [str(patches)] and "mine" in state["patches"]
+    assert plugin.evaluate(inst.site_packages, state).problems == []
+    # a reinstall: pristine files back, the ledger gone; the hook's expectation stays
+    pristine = build(tmp_path / "pristine")
+    for rel in (ENVS_REL, MARLIN):
+        os.replace(pristine.site_packages / rel, inst.site_packages / rel)
+    shutil.rmtree(inst.dist_info / "gptoss_patch")
+    verdict = plugin.evaluate(inst.site_packages, state)
+    assert "mine" in dict(verdict.problems)["missing"] and verdict.fixable
+    fix = plugin.fix_command(verdict, state, inst.python)
+    assert fix == f"gptoss-patch apply --python {inst.python} --patch-dir {patches}"
+    # what mode apply runs: the fix line itself
+    assert run("apply", "--python", inst.python, "--patch-dir", str(patches)).exit_code == 0
+    assert plugin.evaluate(inst.site_packages, state).problems == []
