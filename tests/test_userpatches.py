@@ -301,3 +301,77 @@ def test_hook_expects_user_patches_and_its_fix_line_names_the_patch_dir(site, tm
     # what mode apply runs: the fix line itself
     assert run("apply", "--python", inst.python, "--patch-dir", str(patches)).exit_code == 0
     assert plugin.evaluate(inst.site_packages, state).problems == []
+
+
+# -- the real vLLM 0.17.1 (a --no-deps install of its wheel; pristine files from its cached source archive) --
+
+
+@pytest.fixture
+def real(tmp_path: Path):
+    from tests.support.upstream import fresh_install, site_packages, sources_path
+
+    venv = tmp_path / "venv"
+    fresh_install("0.17.1", venv)
+    patches = tmp_path / "patches"
+    patches.mkdir()
+    return venv, site_packages(venv), sources_path("0.17.1"), patches
+
+
+def replace_text(path: Path, old: str, new: str) -> None:
+    from tests.support.upstream import replace_file
+
+    text = path.read_text()
+    assert old in text, path
+    replace_file(path, text.replace(old, new, 1).encode())
+
+
+def test_real_release_hand_edits_survive_a_reinstall_through_the_patch_directory(real, tmp_path):
+    """The issue's story on the real files: edits to envs.py (no codemod touches it) and to marlin_utils.py
+    (a built-in patches it), captured, then a reinstall, then apply --patch-dir brings both back."""
+    from tests.support.upstream import fresh_install, site_packages
+
+    venv, site, archive, patches = real
+    assert run("apply", "--venv", str(venv)).exit_code == 0
+    replace_text(site / ENVS_REL, '"VLLM_HOST_IP": lambda: os.getenv("VLLM_HOST_IP", ""),',
+                 '"VLLM_HOST_IP": lambda: os.getenv("VLLM_HOST_IP", "127.0.0.1"),')
+    replace_text(site / MARLIN, "    # the performance of atomicAdd is better than global reduce\n",
+                 "    # site-local: tuned for our GB10s\n    # the performance of atomicAdd is better than global reduce\n")
+    assert states(venv)["marlin_atomic_add_sm121"] == "modified"  # a hand edit on a patched file, before capture
+    audit = json.loads(run("audit", "--venv", str(venv), "--json").stdout)
+    assert {f["path"] for f in audit["findings"]} == {ENVS_REL, MARLIN}
+    result = run("capture", "site-local", "--dir", str(patches), "--from", str(archive), "--venv", str(venv),
+                 "--vllm-range", ">=0.17,<0.19")
+    assert result.exit_code == 0, result.stderr
+    assert (patches / "site-local.diff").read_text().startswith("# gptoss-patch user patch: site-local\n# vllm: >=0.17,<0.19\n")
+    edited = {rel: (site / rel).read_bytes() for rel in (ENVS_REL, MARLIN)}
+    assert run("audit", "--venv", str(venv)).exit_code == 0
+    assert states(venv, "--patch-dir", str(patches))["site-local"] == "applied"
+    assert states(venv)["marlin_atomic_add_sm121"] == "applied"
+
+    reinstalled = tmp_path / "reinstalled"  # pristine files, no ledger: what pip install --force-reinstall leaves
+    fresh_install("0.17.1", reinstalled)
+    result = run("apply", "--venv", str(reinstalled), "--patch-dir", str(patches))
+    assert result.exit_code == 0, result.stderr
+    new_site = site_packages(reinstalled)
+    assert {rel: (new_site / rel).read_bytes() for rel in (ENVS_REL, MARLIN)} == edited
+    assert run("status", "--venv", str(reinstalled), "--patch-dir", str(patches)).exit_code == 0
+    assert run("audit", "--venv", str(reinstalled)).exit_code == 0
+    assert run("revert", "--venv", str(reinstalled)).exit_code == 0
+    assert run("audit", "--venv", str(reinstalled), "--json").exit_code == 0  # every file as RECORD says
+
+
+def test_real_release_patch_for_another_range_is_out_of_range_and_a_stale_one_conflicts(real):
+    venv, site, archive, patches = real
+    body = (
+        f"--- a/{ENVS_REL}\n+++ b/{ENVS_REL}\n@@ -544,1 +544,1 @@\n"
+        '-    "VLLM_HOST_IP": lambda: os.getenv("VLLM_HOST_IP", ""),\n'
+        '+    "VLLM_HOST_IP": lambda: os.getenv("VLLM_HOST_IP", "10.0.0.1"),\n'
+    )
+    (patches / "future.diff").write_text("# vllm: >=0.18\n" + body)
+    (patches / "stale.diff").write_text("# vllm: ==0.17.1\n" + body.replace('"VLLM_HOST_IP", ""', '"VLLM_HOST_IP", "x"', 1))
+    got = states(venv, "--patch-dir", str(patches))
+    assert got["future"] == "out-of-range" and got["stale"] == "conflict"
+    before = (site / ENVS_REL).read_bytes()
+    assert run("apply", "--venv", str(venv), "--patch-dir", str(patches)).exit_code == 5
+    assert (site / ENVS_REL).read_bytes() == before
+    assert not any(site.glob("vllm-*.dist-info/gptoss_patch"))

@@ -112,10 +112,13 @@ def added_files(inst: Installation, listed: set[str]) -> list[Finding]:
 
 
 def record_rows(inst: Installation) -> dict[str, tuple[str, int]]:
-    """RECORD's rows with a hash: path -> (hex sha256, size)."""
+    """RECORD's rows with a hash inside site-packages: path -> (hex sha256, size).
+
+    Rows outside it (`../../../bin/vllm`) are left out: they are console scripts whose first line names
+    the interpreter, which a moved or cloned environment rewrites; vLLM's code is all in site-packages."""
     rows = {}
     for fields in csv.reader(io.StringIO(inst.record.read_text(encoding="utf-8"))):
-        if len(fields) >= 3 and fields[1].startswith("sha256="):
+        if len(fields) >= 3 and fields[1].startswith("sha256=") and not fields[0].startswith("../"):
             rows[fields[0]] = (hex_digest(fields[1][len("sha256="):]), int(fields[2] or -1))
     return rows
 
