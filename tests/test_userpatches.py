@@ -375,3 +375,50 @@ def test_real_release_patch_for_another_range_is_out_of_range_and_a_stale_one_co
     assert run("apply", "--venv", str(venv), "--patch-dir", str(patches)).exit_code == 5
     assert (site / ENVS_REL).read_bytes() == before
     assert not any(site.glob("vllm-*.dist-info/gptoss_patch"))
+
+
+# -- patch sets from other packages: the entry-point group gptoss_patch.patches ----------------------
+
+EXAMPLE = Path(__file__).parent.parent / "examples" / "gptoss-patch-example-plugin"
+
+
+def plugin_env(tmp_path: Path) -> dict[str, str]:
+    """The example package importable, plus a dist-info that declares it and a broken second entry point."""
+    dist = tmp_path / "plugins" / "gptoss_example_patches-0.1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: gptoss-example-patches\nVersion: 0.1.0\n")
+    (dist / "entry_points.txt").write_text(
+        "[gptoss_patch.patches]\n"
+        "example_envs_marker = gptoss_example_patches.example_envs_marker\n"
+        "broken_one = gptoss_example_patches.no_such_module\n"
+    )
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLE / "src"), str(tmp_path / "plugins")])}
+
+
+def tool(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "gptoss_patch", *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_a_plugin_patch_set_is_listed_with_its_origin_applied_like_a_built_in_and_a_broken_one_is_one_line(site, tmp_path):
+    inst, venv, wheel, patches = site
+    env = plugin_env(tmp_path)
+    listed = tool(env, "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    origins = {p["id"]: p["origin"] for p in json.loads(listed.stdout)}
+    assert origins["example_envs_marker"] == "plugin gptoss-example-patches 0.1.0"
+    assert origins["harmony_instructions"] == "built-in"
+    problems = [ln for ln in listed.stderr.splitlines() if "broken_one" in ln]
+    assert problems == [
+        "warning: plugin gptoss-example-patches 0.1.0: patch 'broken_one' (gptoss_example_patches.no_such_module) "
+        "cannot be imported: ModuleNotFoundError: No module named 'gptoss_example_patches.no_such_module'"
+    ]
+    status = tool(env, "status", "--venv", str(venv), "--json")
+    assert {p["id"]: p["state"] for p in json.loads(status.stdout)["patches"]}["example_envs_marker"] == "pending"
+    applied = tool(env, "apply", "--venv", str(venv))
+    assert applied.returncode == 0, applied.stderr
+    assert "GPTOSS_EXAMPLE_PATCHES = True" in (inst.site_packages / ENVS_REL).read_text()
+    assert "Patched vllm/envs.py (example_envs_marker)" in applied.stderr
+    assert tool(env, "revert", "--venv", str(venv), "--only", "example_envs_marker").returncode == 0
+    assert (inst.site_packages / ENVS_REL).read_text() == ENVS

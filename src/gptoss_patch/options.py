@@ -110,9 +110,12 @@ def _say_when_waiting_for_the_lock() -> None:
 
 def selection(only: list[str] | None, skip: list[str] | None, user: Any = ()):  # -> spec.Selection
     """--only/--skip, checked against the built-in ids and the names of `user` (user patches, or names)."""
-    from gptoss_patch import registry
+    from gptoss_patch import registry, render
 
-    return registry.selection(only, skip, tuple(getattr(u, "name", u) for u in user))
+    chosen = registry.selection(only, skip, tuple(getattr(u, "name", u) for u in user))
+    for problem in registry.plugin_problems():  # a broken plugin is said once, the other patches go on
+        render.warn(problem)
+    return chosen
 
 
 def user_patches(patch_dir: list[str] | None):  # -> tuple[userpatches.UserPatch, ...]

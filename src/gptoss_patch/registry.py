@@ -1,4 +1,10 @@
-"""Patch discovery: a walk of gptoss_patch.patches; each public module's SPEC is one patch."""
+"""Patch discovery: a walk of gptoss_patch.patches (each public module's SPEC is one patch), then the
+patch sets other packages ship through the entry-point group `gptoss_patch.patches` (docs/plugins.md).
+
+A plugin entry point `ID = package.module` names a module whose SPEC is a PatchSpec with that id, the
+same contract as a built-in. A plugin that cannot be loaded, or breaks the contract, is left out and
+described in `plugin_problems()` (the CLI prints one line each); the other patches are not affected.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +17,13 @@ from gptoss_patch.errors import UsageError
 from gptoss_patch.spec import PatchSpec, Selection
 
 
+ENTRY_POINT_GROUP = "gptoss_patch.patches"
+BUILT_IN = "built-in"
+
+
 @cache
 def all_specs() -> tuple[PatchSpec, ...]:
-    """Every patch, ordered by `after=` and then by id."""
+    """Every patch, built-in and from plugins, ordered by `after=` and then by id."""
     specs: dict[str, PatchSpec] = {}
     for info in pkgutil.iter_modules(patches.__path__):
         if info.name.startswith("_"):
@@ -22,7 +32,62 @@ def all_specs() -> tuple[PatchSpec, ...]:
         if spec.id != info.name or spec.id in specs:
             raise RuntimeError(f"patch module {info.name} declares id {spec.id!r}")
         specs[spec.id] = spec
+    specs.update(_plugins(set(specs)))
     return tuple(_ordered(specs))
+
+
+_origins: dict[str, str] = {}
+_problems: list[str] = []
+
+
+def origin(patch_id: str) -> str:
+    """`built-in`, or `plugin <distribution> <version>` for a patch another package ships."""
+    all_specs()
+    return _origins.get(patch_id, BUILT_IN)
+
+
+def plugin_problems() -> tuple[str, ...]:
+    """One line per plugin entry point that was left out, and why."""
+    all_specs()
+    return tuple(_problems)
+
+
+def _plugins(builtin: set[str]) -> dict[str, PatchSpec]:
+    from importlib.metadata import entry_points
+
+    found: dict[str, PatchSpec] = {}
+    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        dist = getattr(ep, "dist", None)
+        where = f"plugin {dist.name} {dist.version}" if dist is not None else "plugin"
+        try:
+            spec = getattr(importlib.import_module(ep.value.partition(":")[0]), "SPEC", None)
+        except Exception as exc:  # noqa: BLE001 - a broken plugin must not hide the others
+            _problems.append(f"{where}: patch {ep.name!r} ({ep.value}) cannot be imported: {type(exc).__name__}: {exc}".splitlines()[0])
+            continue
+        why = _breaks_contract(ep.name, spec, builtin | set(found))
+        if why:
+            _problems.append(f"{where}: patch {ep.name!r} ({ep.value}) left out: {why}")
+            continue
+        assert isinstance(spec, PatchSpec)
+        found[spec.id] = spec
+        _origins[spec.id] = where
+    unknown_after = [s for s in found.values() if any(dep not in builtin | set(found) for dep in s.after)]
+    for spec in unknown_after:
+        _problems.append(f"{_origins.pop(spec.id)}: patch {spec.id!r} left out: `after=` names an unknown patch")
+        del found[spec.id]
+    return found
+
+
+def _breaks_contract(name: str, spec: object, taken: set[str]) -> str | None:
+    if not isinstance(spec, PatchSpec):
+        return "its module has no SPEC = PatchSpec(...)"
+    if spec.id != name:
+        return f"its SPEC declares id {spec.id!r}, not the entry point's name"
+    if spec.id in taken:
+        return "a patch with that id exists already"
+    if not spec.bands:
+        return "its SPEC has no bands"
+    return None
 
 
 def _ordered(specs: dict[str, PatchSpec]) -> list[PatchSpec]:

@@ -15,15 +15,17 @@ def list_patches(only: OnlyOption = None, skip: SkipOption = None, json: JsonOpt
         return
     rows = [
         (s.id, s.versions + (f" (fixed upstream in {s.fixed_in})" if s.fixed_in else ""),
-         "\n".join(f"vllm/{b.target}" for b in s.bands), "\n".join(s.upstream), f"{s.summary}\n{s.note}".strip())
+         "\n".join(f"vllm/{b.target}" for b in s.bands), "\n".join(s.upstream), f"{s.summary}\n{s.note}".strip(),
+         registry.origin(s.id))
         for s in specs
     ]
-    render.table(None, ("id", "vllm versions", "target", "upstream", "summary"), rows)
+    render.table(None, ("id", "vllm versions", "target", "upstream", "summary", "origin"), rows)
 
 
 def _as_json(spec) -> dict:
     return {
-        "id": spec.id, "summary": spec.summary, "note": spec.note, "upstream": list(spec.upstream),
+        "id": spec.id, "origin": registry.origin(spec.id), "summary": spec.summary, "note": spec.note,
+        "upstream": list(spec.upstream),
         "fixed_in": spec.fixed_in, "bands": [{"versions": b.versions, "target": f"vllm/{b.target}"} for b in spec.bands],
     }
 
