@@ -53,20 +53,16 @@ def plugin_problems() -> tuple[str, ...]:
 
 
 def _plugins(builtin: set[str]) -> dict[str, PatchSpec]:
-    from importlib.metadata import entry_points
-
     found: dict[str, PatchSpec] = {}
-    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-        dist = getattr(ep, "dist", None)
-        where = f"plugin {dist.name} {dist.version}" if dist is not None else "plugin"
+    for name, value, where in _entry_points():
         try:
-            spec = getattr(importlib.import_module(ep.value.partition(":")[0]), "SPEC", None)
+            spec = getattr(importlib.import_module(value.partition(":")[0].strip()), "SPEC", None)
         except Exception as exc:  # noqa: BLE001 - a broken plugin must not hide the others
-            _problems.append(f"{where}: patch {ep.name!r} ({ep.value}) cannot be imported: {type(exc).__name__}: {exc}".splitlines()[0])
+            _problems.append(f"{where}: patch {name!r} ({value}) cannot be imported: {type(exc).__name__}: {exc}".splitlines()[0])
             continue
-        why = _breaks_contract(ep.name, spec, builtin | set(found))
+        why = _breaks_contract(name, spec, builtin | set(found))
         if why:
-            _problems.append(f"{where}: patch {ep.name!r} ({ep.value}) left out: {why}")
+            _problems.append(f"{where}: patch {name!r} ({value}) left out: {why}")
             continue
         assert isinstance(spec, PatchSpec)
         found[spec.id] = spec
@@ -76,6 +72,66 @@ def _plugins(builtin: set[str]) -> dict[str, PatchSpec]:
         _problems.append(f"{_origins.pop(spec.id)}: patch {spec.id!r} left out: `after=` names an unknown patch")
         del found[spec.id]
     return found
+
+
+def _entry_points() -> list[tuple[str, str, str]]:
+    """(name, module, "plugin <dist> <version>") of the group, read from the entry_points.txt files on sys.path.
+
+    importlib.metadata would do the same, but importing it costs more than `status` itself on a
+    patched installation; a directory listing per sys.path entry and a substring test cost next to nothing.
+    """
+    import os
+    import sys
+
+    found: dict[str, tuple[str, str, str]] = {}
+    for entry in sys.path:
+        try:
+            names = sorted(n for n in os.listdir(entry or ".") if n.endswith((".dist-info", ".egg-info")))
+        except OSError:
+            continue
+        for dist in names:
+            try:
+                with open(os.path.join(entry or ".", dist, "entry_points.txt"), encoding="utf-8") as handle:
+                    text = handle.read()
+            except OSError:
+                continue
+            if f"[{ENTRY_POINT_GROUP}]" not in text:
+                continue
+            where = "plugin " + _dist_label(os.path.join(entry or ".", dist))
+            for name, value in _group(text):
+                found.setdefault(name, (name, value, where))  # the first on sys.path wins, as for imports
+    return [found[n] for n in sorted(found)]
+
+
+def _group(text: str) -> list[tuple[str, str]]:
+    rows, inside = [], False
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("["):
+            inside = line == f"[{ENTRY_POINT_GROUP}]"
+        elif inside and "=" in line and not line.startswith(("#", ";")):
+            name, _, value = line.partition("=")
+            rows.append((name.strip(), value.strip()))
+    return rows
+
+
+def _dist_label(dist_info: str) -> str:
+    """`<Name> <Version>` from METADATA's headers, else from the directory's name."""
+    import os
+
+    facts: dict[str, str] = {}
+    try:
+        with open(os.path.join(dist_info, "METADATA" if dist_info.endswith(".dist-info") else "PKG-INFO"), encoding="utf-8") as handle:
+            for line in handle:
+                if not line.strip():
+                    break
+                key, _, value = line.partition(":")
+                facts.setdefault(key.strip().lower(), value.strip())
+    except OSError:
+        pass
+    stem = os.path.basename(dist_info).rsplit(".", 1)[0]
+    name, _, version = stem.partition("-")
+    return f"{facts.get('name') or name} {facts.get('version') or version}"
 
 
 def _breaks_contract(name: str, spec: object, taken: set[str]) -> str | None:
