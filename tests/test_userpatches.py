@@ -134,6 +134,9 @@ def test_reinstall_then_apply_re_applies_user_patches_with_the_built_ins_and_rev
     fresh = build(fresh_venv)
     pristine = snapshot(fresh)
     assert states(fresh_venv, "--patch-dir", str(patches))["mine"] == "pending"
+    shown = run("diff", "--venv", str(fresh_venv), "--patch-dir", str(patches), "--only", "mine")
+    assert shown.exit_code == 0 and "+VLLM_PORT = 8123\n" in shown.stdout and "_gptoss_patch" not in shown.stdout
+    assert snapshot(fresh) == pristine
     result = run("apply", "--venv", str(fresh_venv), "--patch-dir", str(patches))
     assert result.exit_code == 0, result.stderr
     assert result.stderr.splitlines()[1] == f"Patched {ENVS_REL}, {MARLIN} (mine)"  # user patches first
@@ -148,6 +151,8 @@ def test_reinstall_then_apply_re_applies_user_patches_with_the_built_ins_and_rev
     mine = next(p for p in payload["patches"] if p["id"] == "mine")
     assert mine["origin"] == f"user: {patches / 'mine.diff'}" and mine["files"] == [ENVS_REL, MARLIN]
     assert run("audit", "--venv", str(fresh_venv)).exit_code == 0
+    verified = run("verify", "--venv", str(fresh_venv), "--patch-dir", str(patches))
+    assert verified.exit_code == 0, verified.stderr
     assert run("revert", "--venv", str(fresh_venv)).exit_code == 0
     assert snapshot(fresh) == pristine
 
