@@ -427,3 +427,28 @@ def test_a_plugin_patch_set_is_listed_with_its_origin_applied_like_a_built_in_an
     assert "Patched vllm/envs.py (example_envs_marker)" in applied.stderr
     assert tool(env, "revert", "--venv", str(venv), "--only", "example_envs_marker").returncode == 0
     assert (inst.site_packages / ENVS_REL).read_text() == ENVS
+
+
+def test_a_user_patch_added_after_the_built_ins_goes_under_them_as_on_a_fresh_install(site, tmp_path):
+    """User patches come first: added later to a patched file (its context touching a codemod's lines), it is
+    applied to the file before the codemods, which run again on top; the bytes equal a fresh install's."""
+    inst, venv, wheel, patches = site
+    import difflib
+
+    text = (inst.site_packages / MARLIN).read_text()
+    new = text.replace("    return torch.cuda", "    # local tweak\n    return torch.cuda", 1)
+    diff = "".join(difflib.unified_diff(text.splitlines(True), new.splitlines(True), f"a/{MARLIN}", f"b/{MARLIN}"))
+    (patches / "tweak.diff").write_text("# vllm: ==0.17.1\n" + diff)
+    assert run("apply", "--venv", str(venv), "--skip", "harmony_instructions").exit_code == 0
+    assert states(venv, "--patch-dir", str(patches))["tweak"] == "pending"
+    result = run("apply", "--venv", str(venv), "--patch-dir", str(patches), "--skip", "harmony_instructions")
+    assert result.exit_code == 0, result.stderr
+    fresh = build(tmp_path / "fresh")
+    assert run("apply", "--venv", str(tmp_path / "fresh"), "--patch-dir", str(patches), "--skip", "harmony_instructions").exit_code == 0
+    assert (inst.site_packages / MARLIN).read_bytes() == (fresh.site_packages / MARLIN).read_bytes()
+    assert "# local tweak" in (inst.site_packages / MARLIN).read_text()
+    got = states(venv, "--patch-dir", str(patches))
+    assert got["tweak"] == "applied" and got["marlin_atomic_add_sm121"] == "applied"
+    assert run("revert", "--venv", str(venv), "--only", "tweak").exit_code == 0
+    assert "# local tweak" not in (inst.site_packages / MARLIN).read_text()
+    assert states(venv)["marlin_atomic_add_sm121"] == "applied"

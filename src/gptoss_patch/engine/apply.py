@@ -19,7 +19,7 @@ from gptoss_patch.engine.transaction import FilePlan, commit, recover
 from gptoss_patch.engine.userdiffs import judge_user
 from gptoss_patch.errors import Conflict, PatchFailed, TargetError
 from gptoss_patch.fsutil import sha256
-from gptoss_patch.registry import by_id, selected
+from gptoss_patch.registry import all_specs, by_id, selected
 from gptoss_patch.spec import PatchResult, PatchSpec, Report, Selection, State
 from gptoss_patch.target import Installation
 from gptoss_patch.userpatches import UserPatch
@@ -139,13 +139,20 @@ def _plan_file(
     text = decode(base)
     if text is None:
         raise PatchFailed(f"{rel} is not valid UTF-8; nothing was written")
-    after = encode(ctx.rewrite(todo, text), base)
     entry = ctx.ledger.files.get(rel)
-    kept = entry.patches if entry and sha256(before) == entry.patched else ()
-    original = entry.original if entry and kept else sha256(before)
+    same = entry is not None and sha256(before) == entry.patched  # what gptoss-patch wrote: keep its record
+    kept = entry.patches if entry and same else ()
+    specs = by_id()
+    if named and any(p in specs for p in kept):
+        # user patches went in under codemods already applied (userdiffs.rebase): those run again, in order
+        again = {p for p in kept if p in specs} | {s.id for s in todo}
+        todo = [s for s in all_specs() if s.id in again]
+        kept = tuple(p for p in kept if p not in specs)
+    after = encode(ctx.rewrite(todo, text), base)
+    original = entry.original if entry and same else sha256(before)
     mode = (ctx.inst.site_packages / rel).stat().st_mode & 0o7777
-    diffs = (entry.diffs if entry and kept else ()) + tuple(sha256(b) for b in diff_blobs)
-    user = (entry.user if entry and kept else ()) + tuple((name, sha256(blob)) for name, blob in named)
+    diffs = (entry.diffs if entry and same else ()) + tuple(sha256(b) for b in diff_blobs)
+    user = (entry.user if entry and same else ()) + tuple((name, sha256(blob)) for name, blob in named)
     ids = (*kept, *(name for name, _ in named), *(s.id for s in todo))
     return FilePlan(rel, before, after, FileEntry(original, sha256(after), ids, mode, diffs, user))
 

@@ -17,6 +17,7 @@ from gptoss_patch.engine.context import Context
 from gptoss_patch.engine.withdiff import DoesNotApply, git_apply
 from gptoss_patch.errors import Conflict
 from gptoss_patch.fsutil import sha256
+from gptoss_patch.registry import by_id
 from gptoss_patch.spec import PatchResult, State
 from gptoss_patch.userpatches import UserPatch
 
@@ -40,7 +41,7 @@ def judge_user(patch: UserPatch, ctx: Context) -> PatchResult:
         data = ctx.read(rel)
         if data is None:
             return result(State.CONFLICT, f"{rel} does not exist in vllm {version}")
-        current[rel] = data
+        current[rel] = rebase(ctx, rel) or data
     try:
         git_apply(patch.text, current)
     except DoesNotApply as exc:
@@ -73,11 +74,29 @@ def _recorded(patch: UserPatch, ctx: Context) -> tuple[State, str] | None:
     return State.APPLIED, "applied by gptoss-patch; file hashes match the ledger"
 
 
+def rebase(ctx: Context, rel: str) -> bytes | None:
+    """The bytes a user patch goes onto in a file built-in codemods already changed: the file before the
+    codemods (its original, plus the diffs the ledger records), since user patches come first. None when
+    the ledger has no codemod for the file, or the file is not what gptoss-patch wrote."""
+    entry = ctx.ledger.files.get(rel)
+    if entry is None or not any(p in by_id() for p in entry.patches):
+        return None
+    data = ctx.on_disk(rel)
+    if data is None or sha256(data) != entry.patched:
+        return None
+    base = ctx.store.blob(entry.original)
+    if entry.diffs:
+        from gptoss_patch.engine.withdiff import replay
+
+        base = replay(rel, base, [ctx.store.blob(d) for d in entry.diffs])
+    return base
+
+
 def overlay(ctx: Context, patches: list[UserPatch], start: dict[str, bytes]) -> dict[str, bytes]:
     """The files after applying `patches` in order on top of `start` (else the bytes on disk)."""
     files = dict(start)
     for patch in patches:
-        current = {rel: files[rel] if rel in files else ctx.on_disk(rel) or b"" for rel in patch.files}
+        current = {rel: files[rel] if rel in files else rebase(ctx, rel) or ctx.on_disk(rel) or b"" for rel in patch.files}
         try:
             files.update(git_apply(patch.text, current))
         except DoesNotApply as exc:  # it applies alone (judge_user), but not after the user patches before it
