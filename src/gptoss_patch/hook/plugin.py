@@ -308,7 +308,7 @@ def fix_command(verdict: Verdict, state: dict | None, python: str | None = None)
     kinds = {kind for kind, _ in verdict.problems}
     if "ledger" in kinds or "modified" in kinds:
         return (f"{reinstall_command(python, verdict.distribution, verdict.version)} (or gptoss-patch revert --force "
-                f"--python {python}), then gptoss-patch apply --python {python}")
+                f"--python {python}), then gptoss-patch apply --python {python}{_selection_args(state)}")
     if "state" in kinds:
         return f"gptoss-patch hook install --python {python}"
     command = f"gptoss-patch apply --python {python}{_selection_args(state)}"
