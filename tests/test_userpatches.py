@@ -452,3 +452,18 @@ def test_a_user_patch_added_after_the_built_ins_goes_under_them_as_on_a_fresh_in
     assert run("revert", "--venv", str(venv), "--only", "tweak").exit_code == 0
     assert "# local tweak" not in (inst.site_packages / MARLIN).read_text()
     assert states(venv)["marlin_atomic_add_sm121"] == "applied"
+
+
+def test_audit_cache_never_hides_an_edit_that_keeps_size_and_mtime(site):
+    inst, venv, wheel, patches = site
+    path = inst.site_packages / ENVS_REL
+    assert run("audit", "--venv", str(venv)).exit_code == 0  # fills the hash cache
+    stat = path.stat()
+    data = path.read_bytes().replace(b"VLLM_PORT = None", b"VLLM_PORT = Nope")
+    with path.open("r+b") as handle:  # in place: same inode, same size
+        handle.write(data)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # and the old modification time
+    assert path.stat().st_size == stat.st_size and path.stat().st_mtime_ns == stat.st_mtime_ns
+    result = run("audit", "--venv", str(venv), "--json")
+    assert result.exit_code == 1
+    assert [f["path"] for f in json.loads(result.stdout)["findings"]] == [ENVS_REL]

@@ -149,8 +149,22 @@ def current_hashes(inst: Installation, rows: dict[str, tuple[str, int]]) -> dict
             for rel, digest in zip(todo, pool.map(lambda r: _hash(inst.site_packages / r), todo)):
                 result[rel] = digest
         fresh = {rel: [*key, result[rel]] for rel, key in stats.items() if key is not None and result.get(rel)}
-        paths.write_json(cache_path, {"format": CACHE_FORMAT, "files": fresh})
+        _forget_gone(cache_path.parent)
+        paths.write_json(cache_path, {"format": CACHE_FORMAT, "dist_info": str(inst.dist_info), "files": fresh})
     return result
+
+
+def _forget_gone(folder: Path) -> None:
+    """Drop the caches of installations that no longer exist (best effort; only on a cold audit)."""
+    try:
+        entries = list(folder.glob("*.json"))
+    except OSError:
+        return
+    for entry in entries:
+        raw = paths.read_json(entry)
+        where = raw.get("dist_info") if isinstance(raw, dict) else None
+        if not (isinstance(where, str) and where and Path(where).is_dir()):
+            entry.unlink(missing_ok=True)
 
 
 def _hash(path: Path) -> str | None:
