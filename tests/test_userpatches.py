@@ -366,14 +366,23 @@ def test_real_release_hand_edits_survive_a_reinstall_through_the_patch_directory
 
 
 def test_real_release_patch_for_another_range_is_out_of_range_and_a_stale_one_conflicts(real):
+    import difflib
+
     venv, site, archive, patches = real
-    body = (
-        f"--- a/{ENVS_REL}\n+++ b/{ENVS_REL}\n@@ -544,1 +544,1 @@\n"
-        '-    "VLLM_HOST_IP": lambda: os.getenv("VLLM_HOST_IP", ""),\n'
-        '+    "VLLM_HOST_IP": lambda: os.getenv("VLLM_HOST_IP", "10.0.0.1"),\n'
-    )
-    (patches / "future.diff").write_text("# vllm: >=0.18\n" + body)
-    (patches / "stale.diff").write_text("# vllm: ==0.17.1\n" + body.replace('"VLLM_HOST_IP", ""', '"VLLM_HOST_IP", "x"', 1))
+    text = (site / ENVS_REL).read_text()
+
+    def diff_of(base: str) -> str:
+        new = base.replace('os.getenv("VLLM_HOST_IP", "")', 'os.getenv("VLLM_HOST_IP", "10.0.0.1")', 1)
+        return "".join(difflib.unified_diff(base.splitlines(True), new.splitlines(True), f"a/{ENVS_REL}", f"b/{ENVS_REL}"))
+
+    (patches / "fits.diff").write_text("# vllm: ==0.17.1\n" + diff_of(text))
+    (patches / "future.diff").write_text("# vllm: >=0.18\n" + diff_of(text))
+    # written against another release, whose neighbouring line differs
+    other = text.replace("# used in distributed environment to manually set the communication port", "# the port", 1)
+    assert other != text
+    (patches / "stale.diff").write_text("# vllm: ==0.17.1\n" + diff_of(other))
+    assert states(venv, "--patch-dir", str(patches))["fits"] == "pending"
+    (patches / "fits.diff").unlink()
     got = states(venv, "--patch-dir", str(patches))
     assert got["future"] == "out-of-range" and got["stale"] == "conflict"
     before = (site / ENVS_REL).read_bytes()
