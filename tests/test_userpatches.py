@@ -211,6 +211,9 @@ def test_user_patch_on_the_lines_a_built_in_rewrites_is_a_conflict_naming_both(s
     diff = "".join(difflib.unified_diff(text.splitlines(True), new.splitlines(True), f"a/{MARLIN}", f"b/{MARLIN}"))
     (patches / "clash.diff").write_text("# vllm: ==0.17.1\n" + diff)
     before = snapshot(inst)
+    shown = json.loads(run("status", "--venv", str(venv), "--patch-dir", str(patches), "--json").stdout)["patches"][0]
+    assert shown["state"] == "conflict"
+    assert shown["reason"].startswith(f"changes the code built-in patch marlin_atomic_add_sm121 rewrites in {MARLIN}")
     result = run("apply", "--venv", str(venv), "--patch-dir", str(patches))
     assert result.exit_code == 5, result.stderr
     line = result.stderr.splitlines()[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from packaging.version import Version
 
@@ -12,7 +13,7 @@ from gptoss_patch.engine.transaction import recover
 from gptoss_patch.engine.userdiffs import judge_user
 from gptoss_patch.errors import PatchFailed
 from gptoss_patch.fsutil import sha256
-from gptoss_patch.registry import selected
+from gptoss_patch.registry import by_id, selected
 from gptoss_patch.spec import PatchResult, PatchSpec, Report, Selection, State
 from gptoss_patch.target import Installation
 from gptoss_patch.userpatches import UserPatch
@@ -22,8 +23,27 @@ def status(inst: Installation, selection: Selection = Selection(), user: Sequenc
     """User patches first (the order apply applies them in), then the built-ins."""
     notices = recover(inst)
     ctx = open_context(inst)
-    mine = [judge_user(p, ctx) for p in user if selection.wants(p.name)]
-    return Report(inst, (*mine, *(judge(spec, ctx) for spec in selected(selection))), notices, identify(inst))
+    builtins = [judge(spec, ctx) for spec in selected(selection)]
+    chosen = [p for p in user if selection.wants(p.name)]
+    mine = [_clash(p, judge_user(p, ctx), ctx, builtins) for p in chosen]
+    return Report(inst, (*mine, *builtins), notices, identify(inst))
+
+
+def _clash(patch: UserPatch, result: PatchResult, ctx: Context, builtins: list[PatchResult]) -> PatchResult:
+    """A pending user patch on which a built-in codemod would drift: they change the same code (apply refuses)."""
+    if result.state is not State.PENDING:
+        return result
+    shared = [r for r in builtins if r.file in patch.files and r.state in (State.PENDING, State.APPLIED)]
+    if not shared:
+        return result
+    from gptoss_patch.engine.userdiffs import overlay
+
+    on_top = open_context(ctx.inst, overlay(ctx, [patch], {}))
+    for r in shared:
+        after = judge(by_id()[r.id], on_top)
+        if after.state is State.DRIFTED:
+            return replace(result, state=State.CONFLICT, reason=f"changes the code built-in patch {r.id} rewrites in {r.file} ({after.reason})")
+    return result
 
 
 def judge(spec: PatchSpec, ctx: Context) -> PatchResult:
