@@ -479,3 +479,25 @@ def test_audit_cache_never_hides_an_edit_that_keeps_size_and_mtime(site):
     result = run("audit", "--venv", str(venv), "--json")
     assert result.exit_code == 1
     assert [f["path"] for f in json.loads(result.stdout)["findings"]] == [ENVS_REL]
+
+
+def test_revert_of_one_user_patch_replays_the_others_on_the_same_file(site):
+    inst, venv, wheel, patches = site
+    import difflib
+
+    path = inst.site_packages / MARLIN
+    text = path.read_text()
+    first = text.replace("import torch\n", "import torch  # first\n", 1)
+    second = first.replace("!= torch.bfloat16\n", "!= torch.bfloat16  # second\n", 1)
+    assert first != text and second != first
+    for name, old, new in (("a-first", text, first), ("b-second", first, second)):
+        diff = "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{MARLIN}", f"b/{MARLIN}"))
+        (patches / f"{name}.diff").write_text("# vllm: ==0.17.1\n" + diff)
+    assert run("apply", "--venv", str(venv), "--patch-dir", str(patches)).exit_code == 0
+    assert "# first" in path.read_text() and "# second" in path.read_text()
+    result = run("revert", "--venv", str(venv), "--only", "a-first", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert {p["id"]: p["state"] for p in json.loads(result.stdout)["patches"]}["a-first"] == "pending"
+    assert "# first" not in path.read_text() and "# second" in path.read_text()
+    got = states(venv, "--patch-dir", str(patches))
+    assert got["b-second"] == "applied" and got["marlin_atomic_add_sm121"] == "applied" and got["a-first"] == "pending"
