@@ -62,6 +62,8 @@ def _recorded(patch: UserPatch, ctx: Context) -> tuple[State, str] | None:
     for rel, entry in ours.items():
         data = ctx.read(rel)
         digest = sha256(data) if data is not None else None
+        if digest == entry.original:
+            return None  # back to the bytes before gptoss-patch wrote it: judged by content, like a built-in
         if digest != entry.patched:
             return State.MODIFIED, f"{rel} changed after gptoss-patch wrote it (sha256 {str(digest)[:12]}, wrote {entry.patched[:12]})"
         if entry.user_blob(patch.name) != sha256(patch.blob):
