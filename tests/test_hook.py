@@ -440,3 +440,39 @@ def test_install_on_read_only_site_packages_exits_7_and_creates_nothing(nodeps):
     assert proc.returncode == 7, proc.stderr
     assert "read-only filesystem; nothing was changed" in proc.stderr
     assert hook_files(nodeps) == []
+
+
+def test_user_patches_are_expected_named_in_the_refusal_and_re_applied_in_apply_mode(venv, driver, ids, tmp_path):
+    """A user patch in a patch directory: `hook install --patch-dir` expects it; after a reinstall (the
+    original bytes back, no ledger) `fail` names it and the fix line carries --patch-dir, `apply` re-applies it."""
+    import difflib
+
+    pristine(venv)
+    path = site_packages(venv) / MARLIN
+    text = path.read_text()
+    old = "    # the performance of atomicAdd is better than global reduce\n"
+    new = text.replace(old, "    # site-local: tuned for our GB10s\n" + old, 1)
+    patches = tmp_path / "patches"
+    patches.mkdir()
+    diff = "".join(difflib.unified_diff(text.splitlines(True), new.splitlines(True), f"a/{MARLIN}", f"b/{MARLIN}"))
+    (patches / "site-local.diff").write_text("# vllm: ==0.17.1\n" + diff)
+    try:
+        assert cli(venv, "apply", "--patch-dir", str(patches)).exit_code == 0
+        result = cli(venv, "hook", "install", "--mode", "fail", "--patch-dir", str(patches))
+        assert result.exit_code == 0, result.stderr
+        patched_bytes = path.read_bytes()
+        pristine(venv)  # what a reinstall leaves behind: original bytes, no ledger
+
+        failed = driver.load("fail")
+        python = venv / "bin" / "python"
+        assert only_line(failed, "ERROR") == (
+            f"gptoss-patch: refusing to start: vllm 0.17.1 lacks patches {', '.join(sorted([*ids, 'site-local']))}; "
+            f"fix: gptoss-patch apply --python {python} --patch-dir {patches}"
+        )
+        healed = driver.load("apply")
+        assert healed["outcome"] == "ok", healed["logs"]
+        assert path.read_bytes() == patched_bytes  # the user's line and the built-in, as after the first apply
+        assert driver.load("fail")["outcome"] == "ok"
+    finally:
+        cli(venv, "hook", "uninstall")  # the recorded patch directory must not reach the other tests
+        pristine(venv)

@@ -205,3 +205,36 @@ def test_failure_after_apply_in_an_existing_venv_undoes_only_this_run(tmp_path):
     assert dists(venv) == before and pristine(venv)
     assert not any(site_packages(venv).glob("vllm-*.dist-info/gptoss_patch"))
     assert sorted(p.name for p in site_packages(venv).glob("gptoss_patch_hook*")) == ["gptoss_patch_hook.json"]  # not ours to remove
+
+
+def test_bad_user_patch_is_a_usage_error_before_anything_is_created(tmp_path):
+    patches = tmp_path / "patches"
+    patches.mkdir()
+    (patches / "bad.diff").write_text("# vllm: ==0.17.1\n--- a/setup.py\n+++ b/setup.py\n@@ -1 +1 @@\n-a\n+b\n")
+    result = create(tmp_path / "v", "--patch-dir", str(patches))
+    assert result.exit_code == 2 and "which is not a file of the vllm package" in result.stderr.splitlines()[0]
+    assert not (tmp_path / "v").exists()
+
+
+def test_user_patches_are_applied_verified_and_expected_in_the_new_venv(tmp_path):
+    """venv create --patch-dir: the user patch goes in with the built-ins, and the hook expects it."""
+    wheel_path(VERSION)
+    patches = tmp_path / "patches"
+    patches.mkdir()
+    import difflib
+
+    from tests.support.upstream import read_from_wheel
+
+    text = read_from_wheel(VERSION, "vllm/envs.py").decode()
+    new = text.replace('os.getenv("VLLM_HOST_IP", "")', 'os.getenv("VLLM_HOST_IP", "127.0.0.1")', 1)
+    diff = "".join(difflib.unified_diff(text.splitlines(True), new.splitlines(True), "a/vllm/envs.py", "b/vllm/envs.py"))
+    (patches / "host-ip.diff").write_text("# vllm: >=0.17,<0.18\n" + diff)
+    directory = tmp_path / "venv"
+    result = create(directory, "--no-deps", "--find-links", str(WHEELS), "--patch-dir", str(patches))
+    assert result.exit_code == 0, result.stderr
+    python = directory / "bin" / "python"
+    assert '"VLLM_HOST_IP", "127.0.0.1"' in (site_packages(directory) / "vllm" / "envs.py").read_text()
+    states = json.loads(run(python, "-m", "gptoss_patch", "status", "--json", "--patch-dir", str(patches)).stdout)
+    assert {p["id"]: p["state"] for p in states["patches"]}["host-ip"] == "applied"
+    hook = json.loads(run(python, "-m", "gptoss_patch", "hook", "status", "--json").stdout)
+    assert hook["ok"] and "host-ip" in hook["expected_patches"]

@@ -13,6 +13,7 @@ from gptoss_patch import clikit
 from gptoss_patch.errors import ExitCode, GptossPatchError
 
 if TYPE_CHECKING:  # imported when a command runs
+    from gptoss_patch import userpatches
     from gptoss_patch.spec import Selection
     from gptoss_patch.target import Installation
 
@@ -47,6 +48,14 @@ WithOption = Annotated[
     list[str] | None,
     clikit.Option("--with", metavar="ID", help="Also act on this opt-in patch (repeatable; `list` marks them).",
                   shell_complete=_patch_ids),
+]
+PatchDirOption = Annotated[
+    list[str] | None,
+    clikit.Option(
+        "--patch-dir", metavar="DIR",
+        help="A directory of your own patches (NAME.diff, from `gptoss-patch capture`); repeatable. "
+        "Default: GPTOSS_PATCH_DIRS, else [tool.gptoss-patch] patch-dirs in the nearest pyproject.toml.",
+    ),
 ]
 JsonOption = Annotated[bool, clikit.Option("--json", help="Print machine-readable JSON on stdout.")]
 VerboseOption = Annotated[
@@ -135,7 +144,22 @@ def _say_when_waiting_for_the_lock() -> None:
     ledger.on_wait = render.info
 
 
-def selection(only: list[str] | None, skip: list[str] | None, with_: list[str] | None = None) -> Selection:
-    from gptoss_patch import registry
+def selection(
+    only: list[str] | None, skip: list[str] | None, with_: list[str] | None = None, *, user: Any = ()
+) -> Selection:
+    """--only/--skip/--with, checked against the built-in ids and the names of `user` (user patches, or names)."""
+    from gptoss_patch import registry, render
 
-    return registry.selection(only, skip, with_)
+    chosen = registry.selection(only, skip, with_, tuple(getattr(u, "name", u) for u in user))
+    for problem in registry.plugin_problems():  # a broken plugin is said once, the other patches go on
+        render.warn(problem)
+    return chosen
+
+
+def user_patches(patch_dir: list[str] | None) -> tuple[userpatches.UserPatch, ...]:
+    """The user patches of --patch-dir (else GPTOSS_PATCH_DIRS, else pyproject.toml), each checked."""
+    from pathlib import Path
+
+    from gptoss_patch import registry, userpatches
+
+    return userpatches.load_dirs(userpatches.patch_dirs(patch_dir, Path.cwd()), registry.ids())

@@ -58,6 +58,7 @@ STATE_STYLE = {
     State.DRIFTED: "red",
     State.MODIFIED: "red",
     State.OPT_IN: "dim",
+    State.CONFLICT: "red",
 }
 
 
@@ -176,7 +177,8 @@ def detected(report: Report) -> None:
 
 def status_table(report: Report, *, wide: bool = False) -> None:
     rows = [
-        (r.id, f"[{STATE_STYLE[r.state]}]{r.state.value}[/]", r.file or "-", escape(r.reason)) for r in report.results
+        (r.id, f"[{STATE_STYLE[r.state]}]{r.state.value}[/]", "\n".join(r.files) or r.file or "-", escape(r.reason))
+        for r in report.results
     ]
     table(None, ("patch", "state", "file", "reason"), rows, keys=("patch", "state", "file"), optional=("file",), wide=wide)
 
@@ -190,7 +192,7 @@ def narrate(results: Sequence[PatchResult], *, verb: str, dry_run: bool = False)
     """`Patched <file> (<id>)` for what changed; `Would patch ...` under --dry-run."""
     for r in results:
         if r.changed:
-            info(f"{'Would ' + verb.lower().removesuffix('ed') if dry_run else verb} {r.file} ({r.id})")
+            info(f"{'Would ' + verb.lower().removesuffix('ed') if dry_run else verb} {', '.join(r.files) or r.file} ({r.id})")
         for w in r.warnings:
             warn(f"{r.id}: {w}")
 

@@ -35,10 +35,11 @@ class State(str, enum.Enum):
     DRIFTED = "drifted"
     MODIFIED = "modified"
     OPT_IN = "opt-in"  # an opt-in patch nobody asked for: left as upstream has it
+    CONFLICT = "conflict"  # a user patch that no longer applies here (or clashes with a built-in)
 
     @property
     def needs_action(self) -> bool:
-        return self in (State.PENDING, State.DRIFTED, State.MODIFIED)
+        return self in (State.PENDING, State.DRIFTED, State.MODIFIED, State.CONFLICT)
 
 
 class PackageView:
@@ -142,9 +143,14 @@ class PatchResult:
     diff: str = ""
     warnings: tuple[str, ...] = ()
     error: str | None = None  # last line of an unexpected exception
+    files: tuple[str, ...] = ()  # a user patch: every file it changes (`file` is the first)
+    origin: str = ""  # "user: <patch file>" for a user patch; "" for a built-in
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.id, "state": self.state.value, "file": self.file or "", "reason": self.reason}
+        if self.origin:
+            out["origin"] = self.origin
+            out["files"] = list(self.files)
         if self.changed:
             out["changed"] = True
         if self.warnings:

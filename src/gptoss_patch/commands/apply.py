@@ -8,6 +8,7 @@ from gptoss_patch.errors import ExitCode
 from gptoss_patch.options import (
     JsonOption,
     OnlyOption,
+    PatchDirOption,
     PythonOption,
     SkipOption,
     VenvOption,
@@ -17,6 +18,7 @@ from gptoss_patch.options import (
     handles_errors,
     installation,
     selection,
+    user_patches,
 )
 
 DryRunOption = Annotated[bool, clikit.Option("--dry-run", help="Compute and show the diff; write nothing.")]
@@ -39,17 +41,18 @@ def apply(
     python: PythonOption = None, venv: VenvOption = None, vllm: VllmOption = None,
     only: OnlyOption = None, skip: SkipOption = None, with_: WithOption = None, dry_run: DryRunOption = False,
     with_diff: WithDiffOption = None, allow_unknown_version: AllowUnknownOption = False,
-    check: CheckOption = False, json: JsonOption = False, verbose: VerboseOption = False,
+    check: CheckOption = False, patch_dir: PatchDirOption = None, json: JsonOption = False, verbose: VerboseOption = False,
 ) -> None:
     """Apply every patch the installed vLLM needs. Nothing is written unless every patch succeeds.
 
     --check writes nothing and exits 1 when something would change, like ruff's and black's --check.
     """
     dry_run = dry_run or check
-    chosen = selection(only, skip, with_)
+    user = user_patches(patch_dir)
+    chosen = selection(only, skip, with_, user=user)
     report = engine.apply(
         installation(python, venv, vllm), chosen, dry_run=dry_run, diffs=with_diff or (),
-        allow_unknown_version=allow_unknown_version,
+        allow_unknown_version=allow_unknown_version, user=user,
     )
     render.detected(report)
     if dry_run and not json:

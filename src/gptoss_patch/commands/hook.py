@@ -9,6 +9,7 @@ from gptoss_patch.errors import ExitCode
 from gptoss_patch.options import (
     JsonOption,
     OnlyOption,
+    PatchDirOption,
     PythonOption,
     SkipOption,
     VenvOption,
@@ -42,7 +43,7 @@ ModeOption = Annotated[
 @handles_errors
 def install(
     python: PythonOption = None, venv: VenvOption = None, vllm: VllmOption = None, mode: ModeOption = None,
-    only: OnlyOption = None, skip: SkipOption = None, with_: WithOption = None,
+    only: OnlyOption = None, skip: SkipOption = None, with_: WithOption = None, patch_dir: PatchDirOption = None,
     json: JsonOption = False, verbose: VerboseOption = False,
 ) -> None:
     """Install (or refresh) the hook: every vLLM process checks its patches before the model loads.
@@ -50,13 +51,20 @@ def install(
     Records the patches this vLLM should carry (applied or pending now, minus --skip) with the hashes
     of the patched files, beside the hook and outside vLLM's .dist-info, so a reinstall of vLLM cannot
     erase the expectation. Re-run it after changing the patch set; it keeps the mode unless --mode is given.
+    Your own patches (--patch-dir, GPTOSS_PATCH_DIRS or pyproject.toml; default: the directories recorded
+    before) are expected too, and mode apply re-applies them from those directories.
     """
+    from pathlib import Path
+
+    from gptoss_patch import userpatches
     from gptoss_patch.hook import installer
 
     installer.check_mode(mode)
-    chosen = selection(only, skip, with_) if (only or skip or with_) else None
+    dirs = userpatches.patch_dirs(patch_dir, Path.cwd())
+    user = userpatches.load_dirs(dirs) if dirs else ()
+    chosen = selection(only, skip, with_, user=user) if (only or skip or with_) else None
     inst = installation(python, venv, vllm)
-    result = installer.install(inst, mode=mode, selection=chosen)
+    result = installer.install(inst, mode=mode, selection=chosen, patch_dirs=dirs or None)
     _show(result, inst.python, json, verb="Installed")
 
 

@@ -20,17 +20,18 @@ def list_patches(
     rows = [
         (s.id, s.versions + (f" (fixed upstream in {s.fixed_in})" if s.fixed_in else ""),
          "\n".join(f"vllm/{b.target}" for b in s.bands), "\n".join(s.upstream),
-         f"{s.summary}\n{s.note}".strip() + (f"\nopt-in: {s.opt_in}" if s.opt_in else ""))
+         f"{s.summary}\n{s.note}".strip() + (f"\nopt-in: {s.opt_in}" if s.opt_in else ""), registry.origin(s.id))
         for s in specs
     ]
-    columns = ("id", "vllm versions", "target", "upstream", "summary")
+    columns = ("id", "vllm versions", "target", "upstream", "summary", "origin")
     render.table(None, columns, rows, keys=("id", "target", "upstream"), optional=("target", "upstream"), wide=wide)
 
 
 def _as_json(spec: PatchSpec) -> dict:
     return {
-        "id": spec.id, "summary": spec.summary, "note": spec.note, "upstream": list(spec.upstream),
-        "fixed_in": spec.fixed_in, "opt_in": spec.opt_in, "bands": [{"versions": b.versions, "target": f"vllm/{b.target}"} for b in spec.bands],
+        "id": spec.id, "origin": registry.origin(spec.id), "summary": spec.summary, "note": spec.note,
+        "upstream": list(spec.upstream), "fixed_in": spec.fixed_in, "opt_in": spec.opt_in,
+        "bands": [{"versions": b.versions, "target": f"vllm/{b.target}"} for b in spec.bands],
     }
 
 

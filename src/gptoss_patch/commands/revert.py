@@ -6,6 +6,7 @@ from gptoss_patch import clikit, engine, render
 from gptoss_patch.options import (
     JsonOption,
     OnlyOption,
+    PatchDirOption,
     PythonOption,
     SkipOption,
     VenvOption,
@@ -14,6 +15,7 @@ from gptoss_patch.options import (
     handles_errors,
     installation,
     selection,
+    user_patches,
 )
 
 ForceOption = Annotated[bool, clikit.Option("--force", help="Restore originals even over files changed since apply.")]
@@ -23,10 +25,15 @@ ForceOption = Annotated[bool, clikit.Option("--force", help="Restore originals e
 def revert(
     python: PythonOption = None, venv: VenvOption = None, vllm: VllmOption = None,
     only: OnlyOption = None, skip: SkipOption = None, force: ForceOption = False,
-    json: JsonOption = False, verbose: VerboseOption = False,
+    patch_dir: PatchDirOption = None, json: JsonOption = False, verbose: VerboseOption = False,
 ) -> None:
-    """Put back the files gptoss-patch changed; refuses if they changed since, unless --force."""
-    report = engine.revert(installation(python, venv, vllm), selection(only, skip), force=force)
+    """Put back the files gptoss-patch changed; refuses if they changed since, unless --force.
+
+    Your own patches are reverted too (by name with --only NAME); the ledger knows them, so no --patch-dir is needed.
+    """
+    user = user_patches(patch_dir)
+    inst = installation(python, venv, vllm)
+    report = engine.revert(inst, selection(only, skip, user=(*user, *engine.recorded_user_patches(inst))), force=force, user=user)
     render.detected(report)
     render.narrate(report.results, verb="Reverted")
     if json:

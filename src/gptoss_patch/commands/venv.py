@@ -7,9 +7,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
-from gptoss_patch import clikit
+from gptoss_patch import clikit, userpatches
 from gptoss_patch.errors import ExitCode
-from gptoss_patch.options import VerboseOption, handles_errors, stderr_is_tty
+from gptoss_patch.options import PatchDirOption, VerboseOption, handles_errors, stderr_is_tty
 
 venv_app = clikit.App()
 
@@ -42,7 +42,7 @@ BasePythonOption = Annotated[
 def create(
     directory: DirArgument, vllm: VllmVersion, uv: UvOption = None, extra: ExtraOption = None,
     find_links: FindLinksOption = None, no_deps: NoDepsOption = False, mode: ModeOption = None,
-    base_python: BasePythonOption = None, verbose: VerboseOption = False,
+    base_python: BasePythonOption = None, patch_dir: PatchDirOption = None, verbose: VerboseOption = False,
 ) -> None:
     """Create a virtualenv with vLLM VERSION and gptoss-patch, apply and verify the patches, install the hook.
 
@@ -62,7 +62,9 @@ def create(
         directory=directory.absolute(), vllm=vllm, extras=tuple(extra or ()), use_uv=uv,
         find_links=tuple(p.absolute() for p in find_links or ()), no_deps=no_deps, mode=mode,
         base_python=base_python or sys.executable,
+        patch_dirs=userpatches.patch_dirs(patch_dir, Path.cwd()),
     )
+    _ = plan.user  # a bad patch file is a usage error before anything is created
     echo = (lambda line: render.err.print(f"    {render.escape(line)}", style="dim")) if verbose or stderr_is_tty() else None
     outcome = venv.create(plan, _step, echo, announce=render.info)
     render.detected(outcome.status)

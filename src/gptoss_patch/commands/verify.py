@@ -8,6 +8,7 @@ from gptoss_patch.errors import ExitCode
 from gptoss_patch.options import (
     JsonOption,
     OnlyOption,
+    PatchDirOption,
     PythonOption,
     SkipOption,
     VenvOption,
@@ -17,6 +18,7 @@ from gptoss_patch.options import (
     handles_errors,
     installation,
     selection,
+    user_patches,
 )
 from gptoss_patch.spec import Report, State
 
@@ -35,10 +37,11 @@ PROBED_STATES = (State.APPLIED, State.PENDING, State.FIXED_UPSTREAM, State.MODIF
 def verify(
     python: PythonOption = None, venv: VenvOption = None, vllm: VllmOption = None,
     only: OnlyOption = None, skip: SkipOption = None, with_: WithOption = None, behaviour: BehaviourOption = False,
-    json: JsonOption = False, verbose: VerboseOption = False,
+    patch_dir: PatchDirOption = None, json: JsonOption = False, verbose: VerboseOption = False,
 ) -> None:
     """Byte-compile every patched file with the target interpreter and confirm each applied patch's shape."""
-    report = engine.verify(installation(python, venv, vllm), selection(only, skip, with_))
+    user = user_patches(patch_dir)
+    report = engine.verify(installation(python, venv, vllm), selection(only, skip, with_, user=user), user)
     render.detected(report)
     failed = any(r.error or r.state.needs_action for r in report.results)
     probes = _behaviour(report, bool(verbose)) if behaviour else []
@@ -59,7 +62,7 @@ def _behaviour(report: Report, verbose: bool) -> list:
     from gptoss_patch.verify import behaviour
     from gptoss_patch.verify.probes import probe_ids
 
-    ids = [r.id for r in report.results if r.state in PROBED_STATES]
+    ids = [r.id for r in report.results if r.state in PROBED_STATES and not r.origin]
     if ids:
         render.info(f"Running behaviour probes in {report.installation.python} (imports vLLM there; this takes a while)...")
     probed = probe_ids()  # patches without a probe have nothing to show: left out of the table

@@ -6,7 +6,7 @@ Nothing is written unless every selected patch can be applied: a drifted or hand
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,11 +16,13 @@ from gptoss_patch.engine.ledger import FileEntry, Store
 from gptoss_patch.engine.releases import Identity, identify
 from gptoss_patch.engine.status import judge
 from gptoss_patch.engine.transaction import FilePlan, commit, recover
+from gptoss_patch.engine.userdiffs import judge_user
 from gptoss_patch.errors import Conflict, PatchFailed, TargetError
 from gptoss_patch.fsutil import sha256
-from gptoss_patch.registry import by_id, selected
+from gptoss_patch.registry import all_specs, by_id, selected
 from gptoss_patch.spec import PatchResult, PatchSpec, Report, Selection, State
 from gptoss_patch.target import Installation
+from gptoss_patch.userpatches import UserPatch
 
 
 def apply(
@@ -30,13 +32,21 @@ def apply(
     dry_run: bool = False,
     diffs: Iterable[Path] = (),
     allow_unknown_version: bool = False,
+    user: Sequence[UserPatch] = (),
 ) -> Report:
+    """User patches first (in their order), then `--with-diff` files, then the codemods on top; one commit."""
     with Store(inst).locked():
         notices = recover(inst, locked=True)
-        ctx, diff_blobs = _context_with_diffs(inst, list(diffs))
+        plain = open_context(inst)
+        chosen = [p for p in user if selection.wants(p.name)]
+        user_results = [judge_user(p, plain) for p in chosen]
+        _refuse_failures(user_results)
+        pending = [p for p, r in zip(chosen, user_results) if r.state is State.PENDING]
+        ctx, diff_blobs = _context_with_diffs(plain, list(diffs), pending)
         results = [judge(spec, ctx) for spec in selected(selection)]
+        _refuse_clashes(plain, results, pending)
         _refuse_failures(results)
-        plans, results = _plan_apply(ctx, results, diff_blobs, dry_run)
+        plans, results = _plan_apply(ctx, [*user_results, *results], diff_blobs, pending, dry_run)
         identity = identify(inst)
         if plans and not dry_run:
             _guard_unknown_version(identity, allow_unknown_version)
@@ -44,21 +54,44 @@ def apply(
     return Report(inst, tuple(results), notices, identity)
 
 
-def _context_with_diffs(inst: Installation, diffs: list[Path]) -> tuple[Context, dict[str, list[bytes]]]:
-    if not diffs:
-        return open_context(inst), {}
-    from gptoss_patch.engine import withdiff  # imports gitpython: only for --with-diff
+def _context_with_diffs(
+    plain: Context, diffs: list[Path], pending: list[UserPatch]
+) -> tuple[Context, dict[str, list[bytes]]]:
+    """The files as the codemods will see them: the pending user patches, then the --with-diff files."""
+    if not diffs and not pending:
+        return plain, {}
+    from gptoss_patch.engine import userdiffs, withdiff  # imports gitpython: only for diffs
 
-    overlay, blobs = withdiff.apply_all(inst, diffs)
-    return open_context(inst, overlay), blobs
+    overlay = userdiffs.overlay(plain, pending, {})
+    blobs: dict[str, list[bytes]] = {}
+    for patch in pending:
+        for rel in patch.files:
+            blobs.setdefault(rel, []).append(patch.blob)
+    if diffs:
+        overlay, extra = withdiff.apply_all(plain.inst, diffs, start=overlay)
+        for rel, texts in extra.items():
+            blobs.setdefault(rel, []).extend(texts)
+    return open_context(plain.inst, overlay), blobs
+
+
+def _refuse_clashes(plain: Context, results: list[PatchResult], pending: list[UserPatch]) -> None:
+    """A built-in that drifts only on top of a user patch: the two change the same lines."""
+    for r in results:
+        users = [p.name for p in pending if r.file in p.files]
+        if r.state is State.DRIFTED and users and judge(by_id()[r.id], plain).state is not State.DRIFTED:
+            raise Conflict(
+                f"user patch {', '.join(users)} and built-in patch {r.id} change the same code in {r.file} "
+                f"({r.reason}); nothing was written",
+                hint=f"fix the user patch, or leave one out with --skip {users[0]} or --skip {r.id}",
+            )
 
 
 def _refuse_failures(results: list[PatchResult]) -> None:
-    failed = [r for r in results if r.state in (State.DRIFTED, State.MODIFIED)]
+    failed = [r for r in results if r.state in (State.DRIFTED, State.MODIFIED, State.CONFLICT)]
     if failed:
         first = failed[0]
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
-        exc = Conflict if first.state is State.MODIFIED else PatchFailed
+        exc = PatchFailed if first.state is State.DRIFTED else Conflict
         raise exc(
             f"{first.id} is {first.state.value}: {first.reason}{more}; nothing was written",
             hint=f"run `gptoss-patch status` for details, or leave it out with --skip {first.id}",
@@ -74,25 +107,32 @@ def _guard_unknown_version(identity: Identity, allowed: bool) -> None:
 
 
 def _plan_apply(
-    ctx: Context, results: list[PatchResult], diff_blobs: dict[str, list[bytes]], dry_run: bool
+    ctx: Context, results: list[PatchResult], diff_blobs: dict[str, list[bytes]], pending: list[UserPatch], dry_run: bool
 ) -> tuple[list[FilePlan], list[PatchResult]]:
     by_file: dict[str, list[PatchSpec]] = {}
     specs = by_id()
     for r in results:
-        if r.state is State.PENDING and r.file:
+        if r.state is State.PENDING and r.file and r.id in specs:
             by_file.setdefault(r.file, []).append(specs[r.id])
     for rel in diff_blobs:
         by_file.setdefault(rel, [])
-    plans = [_plan_file(ctx, rel, todo, diff_blobs.get(rel, [])) for rel, todo in by_file.items()]
+    named = {rel: [(p.name, p.blob) for p in pending if rel in p.files] for rel in by_file}
+    plans = [_plan_file(ctx, rel, todo, diff_blobs.get(rel, []), named[rel]) for rel, todo in by_file.items()]
     diffs = {p.rel: unified_diff(p.rel, p.before or b"", p.after) if dry_run else "" for p in plans}
-    done = {s.id for todo in by_file.values() for s in todo}
+    done = {s.id for todo in by_file.values() for s in todo} | {p.name for p in pending}
     state, reason = (State.PENDING, "would be patched") if dry_run else (State.APPLIED, "patched")
-    results = [replace(r, changed=True, diff=diffs[r.file or ""], state=state, reason=reason) if r.id in done else r
-               for r in results]
+    results = [
+        replace(r, changed=True, diff="".join(diffs[f] for f in (r.files or (r.file,)) if f in diffs), state=state,
+                reason=reason)
+        if r.id in done else r
+        for r in results
+    ]
     return plans, results
 
 
-def _plan_file(ctx: Context, rel: str, todo: list[PatchSpec], diff_blobs: list[bytes]) -> FilePlan:
+def _plan_file(
+    ctx: Context, rel: str, todo: list[PatchSpec], diff_blobs: list[bytes], named: list[tuple[str, bytes]]
+) -> FilePlan:
     _refuse_outside_link(ctx.inst, rel)
     before = ctx.on_disk(rel)
     base = ctx.read(rel)
@@ -100,14 +140,22 @@ def _plan_file(ctx: Context, rel: str, todo: list[PatchSpec], diff_blobs: list[b
     text = decode(base)
     if text is None:
         raise PatchFailed(f"{rel} is not valid UTF-8; nothing was written")
-    after = encode(ctx.rewrite(todo, text), base)
     entry = ctx.ledger.files.get(rel)
-    kept = entry.patches if entry and sha256(before) == entry.patched else ()
-    original = entry.original if entry and kept else sha256(before)
+    same = entry is not None and sha256(before) == entry.patched  # what gptoss-patch wrote: keep its record
+    kept = entry.patches if entry and same else ()
+    specs = by_id()
+    if named and any(p in specs for p in kept):
+        # user patches went in under codemods already applied (userdiffs.rebase): those run again, in order
+        again = {p for p in kept if p in specs} | {s.id for s in todo}
+        todo = [s for s in all_specs() if s.id in again]
+        kept = tuple(p for p in kept if p not in specs)
+    after = encode(ctx.rewrite(todo, text), base)
+    original = entry.original if entry and same else sha256(before)
     mode = (ctx.inst.site_packages / rel).stat().st_mode & 0o7777
-    diffs = (entry.diffs if entry and kept else ()) + tuple(sha256(b) for b in diff_blobs)
-    new_entry = FileEntry(original, sha256(after), (*kept, *(s.id for s in todo)), mode, diffs)
-    return FilePlan(rel, before, after, new_entry)
+    diffs = (entry.diffs if entry and same else ()) + tuple(sha256(b) for b in diff_blobs)
+    user = (entry.user if entry and same else ()) + tuple((name, sha256(blob)) for name, blob in named)
+    ids = (*kept, *(name for name, _ in named), *(s.id for s in todo))
+    return FilePlan(rel, before, after, FileEntry(original, sha256(after), ids, mode, diffs, user))
 
 
 def _refuse_outside_link(inst: Installation, rel: str) -> None:

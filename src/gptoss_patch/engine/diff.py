@@ -7,11 +7,11 @@ import difflib
 from gptoss_patch.engine.context import decode
 
 
-def unified_diff(rel: str, before: bytes, after: bytes) -> str:
-    """A diff `git apply -p1` accepts from the site-packages directory."""
+def unified_diff(rel: str, before: bytes, after: bytes, context: int = 3) -> str:
+    """A diff `git apply -p1` accepts from the site-packages directory (with `context` 0: `--unidiff-zero`)."""
     old = (decode(before) or "").splitlines(keepends=True)
     new = (decode(after) or "").splitlines(keepends=True)
     lines = []
-    for line in difflib.unified_diff(old, new, fromfile=f"a/{rel}", tofile=f"b/{rel}"):
+    for line in difflib.unified_diff(old, new, fromfile=f"a/{rel}", tofile=f"b/{rel}", n=context):
         lines.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
     return "".join(lines)

@@ -41,7 +41,11 @@ class FileEntry:
     patched: str
     patches: tuple[str, ...]
     mode: int = 0o644
-    diffs: tuple[str, ...] = ()  # blobs of --with-diff texts applied before the codemods
+    diffs: tuple[str, ...] = ()  # blobs of --with-diff and user patch texts applied before the codemods
+    user: tuple[tuple[str, str], ...] = ()  # (user patch name, blob of its text): names are in `patches` too
+
+    def user_blob(self, name: str) -> str | None:
+        return next((blob for user, blob in self.user if user == name), None)
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,10 @@ class Ledger:
     files: dict[str, FileEntry] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        files = {path: {**asdict(e), "patches": list(e.patches), "diffs": list(e.diffs)} for path, e in self.files.items()}
+        files = {
+            path: {**asdict(e), "patches": list(e.patches), "diffs": list(e.diffs), "user": [list(u) for u in e.user]}
+            for path, e in self.files.items()
+        }
         return {"format": FORMAT, "vllm_version": self.vllm_version, "files": files}
 
 
@@ -101,11 +108,14 @@ class Store:
             entry = FileEntry(
                 original=raw["original"], patched=raw["patched"], patches=tuple(raw["patches"]),
                 mode=int(raw.get("mode", 0o644)), diffs=tuple(raw.get("diffs", ())),
+                user=tuple((str(name), str(blob)) for name, blob in raw.get("user", ())),
             )
         except (KeyError, TypeError, ValueError):
             raise self._corrupt(f"bad entry for {path}") from None
         if not all(_HEX64.fullmatch(h) for h in (entry.original, entry.patched, *entry.diffs)):
             raise self._corrupt(f"bad hash for {path}")
+        if any(name not in entry.patches or blob not in entry.diffs for name, blob in entry.user):
+            raise self._corrupt(f"bad user patch entry for {path}")
         if not 0 <= entry.mode <= 0o7777:  # a file mode, nothing else (it is passed to fchmod)
             raise self._corrupt(f"bad mode for {path}")
         return entry

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from packaging.version import Version
@@ -11,25 +11,47 @@ from packaging.version import Version
 from gptoss_patch.engine.context import Context, decode, open_context, target_of
 from gptoss_patch.engine.releases import identify
 from gptoss_patch.engine.transaction import recover
+from gptoss_patch.engine.userdiffs import judge_user
 from gptoss_patch.errors import PatchFailed
 from gptoss_patch.fsutil import sha256
 from gptoss_patch.registry import all_specs, by_id, selected
 from gptoss_patch.spec import PatchResult, PatchSpec, Report, Selection, State
 from gptoss_patch.target import Installation
+from gptoss_patch.userpatches import UserPatch
 
 
-def status(inst: Installation, selection: Selection = Selection()) -> Report:
+def status(inst: Installation, selection: Selection = Selection(), user: Sequence[UserPatch] = ()) -> Report:
+    """User patches first (the order apply applies them in), then the built-ins."""
     notices = recover(inst)
     ctx = open_context(inst)
     chosen = set(selected(selection))
-    results = tuple(
+    builtins = [
         judge(spec, ctx) if spec in chosen else _unchosen(judge(spec, ctx, rewrite=False))
         for spec in all_specs()
         if spec in chosen or selection.left_out(spec)
-    )
+    ]
+    mine = [_clash(p, judge_user(p, ctx), ctx, builtins) for p in user if selection.wants(p.name)]
     if rust_frontend(inst, os.environ):
-        results = tuple(_bypassed(r) for r in results)
-    return Report(inst, results, notices, identify(inst))
+        builtins = [_bypassed(r) for r in builtins]
+    return Report(inst, (*mine, *builtins), notices, identify(inst))
+
+
+def _clash(patch: UserPatch, result: PatchResult, ctx: Context, builtins: list[PatchResult]) -> PatchResult:
+    """A pending user patch on which a built-in codemod would drift: they change the same code (apply refuses)."""
+    if result.state is not State.PENDING:
+        return result
+    shared = [r for r in builtins if r.file in patch.files and r.state in (State.PENDING, State.APPLIED)]
+    if not shared:
+        return result
+    from gptoss_patch.engine.userdiffs import overlay
+
+    on_top = open_context(ctx.inst, overlay(ctx, [patch], {}))
+    for r in shared:
+        after = judge(by_id()[r.id], on_top)
+        if after.state is State.DRIFTED:
+            reason = f"changes the code built-in patch {r.id} rewrites in {r.file} ({after.reason})"
+            return replace(result, state=State.CONFLICT, reason=reason)
+    return result
 
 
 RUST_FRONTEND = "VLLM_USE_RUST_FRONTEND"

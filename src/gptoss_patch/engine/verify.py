@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Sequence
 from dataclasses import replace
 
 from gptoss_patch.engine.context import Context, decode, open_context
@@ -14,13 +15,14 @@ from gptoss_patch.engine.status import status
 from gptoss_patch.registry import by_id
 from gptoss_patch.spec import PatchResult, Report, Selection, State
 from gptoss_patch.target import Installation
+from gptoss_patch.userpatches import UserPatch
 
 
-def verify(inst: Installation, selection: Selection = Selection()) -> Report:
+def verify(inst: Installation, selection: Selection = Selection(), user: Sequence[UserPatch] = ()) -> Report:
     """Byte-compile every patched file with the target interpreter and re-check each applied shape."""
-    report = status(inst, selection)
+    report = status(inst, selection, user)
     ctx = open_context(inst)
-    files = sorted({r.file for r in report.results if r.state is State.APPLIED and r.file})
+    files = sorted({f for r in report.results if r.state is State.APPLIED for f in (r.files or (r.file,)) if f})
     compile_errors = _compile(inst, files)
     checked = [_verify_one(r, ctx, compile_errors) for r in report.results]
     return replace(report, results=tuple(checked))
@@ -29,8 +31,11 @@ def verify(inst: Installation, selection: Selection = Selection()) -> Report:
 def _verify_one(result: PatchResult, ctx: Context, compile_errors: dict[str, str]) -> PatchResult:
     if result.state is not State.APPLIED or not result.file:
         return result
-    if result.file in compile_errors:
-        return replace(result, error=f"does not compile: {compile_errors[result.file]}")
+    broken = next((f for f in (result.files or (result.file,)) if f in compile_errors), None)
+    if broken:
+        return replace(result, error=f"does not compile: {compile_errors[broken]}")
+    if result.origin:  # a user patch: its state was proven from hashes or by git apply; no shape to check
+        return replace(result, reason=f"{result.reason}; compiles with the target interpreter")
     spec = by_id()[result.id]
     text = decode(ctx.read(result.file) or b"")
     if text is None or not spec.is_applied(text, ctx.package):

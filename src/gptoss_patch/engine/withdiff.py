@@ -32,10 +32,13 @@ def touched_files(diff_text: str) -> list[str]:
     return paths
 
 
-def apply_all(inst: Installation, diff_paths: list[Path]) -> tuple[dict[str, bytes], dict[str, list[bytes]]]:
-    """Apply the diffs in order to scratch copies; return the new bytes and each file's diff texts."""
+def apply_all(
+    inst: Installation, diff_paths: list[Path], start: dict[str, bytes] | None = None
+) -> tuple[dict[str, bytes], dict[str, list[bytes]]]:
+    """Apply the diffs in order to scratch copies (of `start`, else the files on disk); return the new
+    bytes and each file's diff texts."""
     texts = [_read(p) for p in diff_paths]
-    overlay: dict[str, bytes] = {}
+    overlay: dict[str, bytes] = dict(start or {})
     blobs: dict[str, list[bytes]] = {}
     for path, text in zip(diff_paths, texts):
         rels = touched_files(text)
@@ -50,7 +53,10 @@ def replay(rel: str, original: bytes, diff_texts: list[bytes]) -> bytes:
     """Re-apply recorded diffs to a file's original (used when reverting some of its patches)."""
     data = original
     for text in diff_texts:
-        data = _git_apply("recorded diff", text.decode(), {rel: data}).get(rel, data)
+        try:
+            data = git_apply(text.decode(), {rel: data}, include=rel).get(rel, data)
+        except DoesNotApply as exc:
+            raise PatchFailed(f"a recorded diff does not apply to {rel}: {exc}; nothing was written") from None
     return data
 
 
@@ -69,6 +75,22 @@ def _original(inst: Installation, rel: str) -> bytes:
 
 
 def _git_apply(name: str, diff_text: str, files: dict[str, bytes]) -> dict[str, bytes]:
+    try:
+        return git_apply(diff_text, files)
+    except DoesNotApply as exc:
+        raise PatchFailed(f"--with-diff {name} does not apply: {exc}; nothing was written") from None
+
+
+class DoesNotApply(Exception):
+    """`git apply` refused the diff; the message is git's first useful line (the first failing hunk)."""
+
+
+def git_apply(
+    diff_text: str, files: dict[str, bytes], *, reverse: bool = False, include: str | None = None, zero_context: bool = False
+) -> dict[str, bytes]:
+    """Apply (or, reversed, take out) a diff to in-memory files, in a scratch directory; nothing else is touched.
+
+    With `include`, only that file's part of the diff (a diff may change several files)."""
     import git
 
     with tempfile.TemporaryDirectory(prefix="gptoss-patch-diff-") as scratch:
@@ -78,10 +100,18 @@ def _git_apply(name: str, diff_text: str, files: dict[str, bytes]) -> dict[str, 
             (root / rel).write_bytes(data)
         (root / ".patch").write_text(diff_text, encoding="utf-8")
         runner = git.Git(str(root))
+        flags = (["-R"] if reverse else []) + ([f"--include={include}"] if include else [])
+        flags += ["--unidiff-zero"] if zero_context else []
         try:
-            runner.apply("--check", "-p1", ".patch")
-            runner.apply("-p1", ".patch")
+            runner.apply("--check", "-p1", *flags, ".patch")
+            runner.apply("-p1", *flags, ".patch")
         except git.GitCommandError as exc:
-            last = (str(exc.stderr).strip().strip("'").splitlines() or ["git apply failed"])[-1].strip()
-            raise PatchFailed(f"--with-diff {name} does not apply: {last}; nothing was written") from None
+            raise DoesNotApply(_git_reason(str(exc.stderr))) from None
         return {rel: (root / rel).read_bytes() for rel in files}
+
+
+def _git_reason(stderr: str) -> str:
+    lines = [ln.strip().removeprefix("stderr:").strip().strip("'").strip() for ln in stderr.splitlines()]
+    lines = [ln.removeprefix("error: ") for ln in lines if ln]
+    failed = next((ln for ln in lines if ln.startswith("patch failed:")), None)
+    return failed or (lines[-1] if lines else "git apply failed")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gptoss_patch import __version__, engine
+from gptoss_patch import __version__, engine, registry, userpatches
 from gptoss_patch.engine import record
 from gptoss_patch.engine.ledger import Store
 from gptoss_patch.errors import Conflict, PatchFailed, TargetError, UsageError, WriteFailed
@@ -100,17 +100,28 @@ def check_mode(mode: str | None) -> None:
         raise UsageError(f"--mode {mode}: expected one of {', '.join(plugin.MODES)}")
 
 
-def install(inst: Installation, *, mode: str | None = None, selection: Selection | None = None, tool: str | None = None) -> HookStatus:
-    """Install or refresh the hook: copy the guard, record what this vLLM should carry, register it."""
+def install(
+    inst: Installation, *, mode: str | None = None, selection: Selection | None = None, tool: str | None = None,
+    patch_dirs: tuple[Path, ...] | None = None,
+) -> HookStatus:
+    """Install or refresh the hook: copy the guard, record what this vLLM should carry, register it.
+
+    `patch_dirs` (None: those of the installed expectation) hold the user patches it expects too; they
+    are recorded so that mode apply and the fix line pass them to `gptoss-patch apply --patch-dir`.
+    """
     check_mode(mode)
     layout = Layout(inst.site_packages)
     previous, _ = plugin.read_state(layout.state)
+    dirs = patch_dirs if patch_dirs is not None else tuple(Path(d) for d in (previous or {}).get("patch_dirs", ()))
+    user = userpatches.load_dirs(dirs, registry.ids())
     with Store(inst).locked():
         engine.recover(inst, locked=True)  # status must not take the lock we hold
         chosen = selection if selection is not None else _stored_selection(previous)
-        report = engine.status(inst, chosen)
+        registry.check_ids(chosen.only + chosen.skip, tuple(u.name for u in user))
+        report = engine.status(inst, chosen, user)
         _refuse_unfixable(report)
         state = expectation(report, mode or (previous or {}).get("mode") or "fail", chosen, tool or sys.executable)
+        state["patch_dirs"] = [str(d) for d in dirs]
         _write_all(layout, _files(layout, state))
     _precompile(inst.python, layout)
     return status(inst)
@@ -132,10 +143,10 @@ def _stored_selection(previous: dict[str, Any] | None) -> Selection:
 
 def _refuse_unfixable(report: Report) -> None:
     """A drifted or hand-edited patch would make every vLLM start refuse: say so now instead."""
-    bad = [r for r in report.results if r.state in (State.DRIFTED, State.MODIFIED)]
+    bad = [r for r in report.results if r.state in (State.DRIFTED, State.MODIFIED, State.CONFLICT)]
     if bad:
         first = bad[0]
-        exc = Conflict if first.state is State.MODIFIED else PatchFailed
+        exc = PatchFailed if first.state is State.DRIFTED else Conflict
         raise exc(
             f"{first.id} is {first.state.value}: {first.reason}; the hook was not installed",
             hint=f"fix it first (gptoss-patch status), or leave it out with --skip {first.id}",
@@ -148,9 +159,10 @@ def expectation(report: Report, mode: str, chosen: Selection, tool: str) -> dict
     wanted = [r for r in report.results if r.state in EXPECTED_STATES and r.file]
     files: dict[str, dict[str, Any]] = {}
     for r in wanted:
-        if r.state is State.APPLIED and r.file:
-            entry = files.setdefault(r.file, {"sha256": sha256((inst.site_packages / r.file).read_bytes()), "patches": []})
-            entry["patches"].append(r.id)
+        for rel in r.files or (r.file,) if r.state is State.APPLIED else ():
+            if rel:
+                entry = files.setdefault(rel, {"sha256": sha256((inst.site_packages / rel).read_bytes()), "patches": []})
+                entry["patches"].append(r.id)
     return {
         "format": plugin.FORMAT, "mode": mode, "vllm": str(inst.version), "distribution": inst.distribution,
         "gptoss_patch": __version__,

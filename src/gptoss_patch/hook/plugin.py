@@ -22,6 +22,7 @@ import json
 import logging
 import multiprocessing
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -307,7 +308,7 @@ def fix_command(verdict: Verdict, state: dict | None, python: str | None = None)
     kinds = {kind for kind, _ in verdict.problems}
     if "ledger" in kinds or "modified" in kinds:
         return (f"{reinstall_command(python, verdict.distribution, verdict.version)} (or gptoss-patch revert --force "
-                f"--python {python}), then gptoss-patch apply --python {python}")
+                f"--python {python}), then gptoss-patch apply --python {python}{_selection_args(state)}")
     if "state" in kinds:
         return f"gptoss-patch hook install --python {python}"
     command = f"gptoss-patch apply --python {python}{_selection_args(state)}"
@@ -320,10 +321,14 @@ def reinstall_command(python: str, distribution: str, version: str) -> str:
 
 
 def _selection_args(state: dict | None) -> str:
+    return "".join(f" {shlex.quote(arg)}" for arg in _selection_list(state))
+
+
+def _selection_list(state: dict | None) -> list[str]:
+    """--only/--skip as the hook was installed with, and --patch-dir for each directory of user patches."""
     chosen = (state or {}).get("selection", {})
-    return "".join(
-        f" --{flag} {i}" for key, flag in (("only", "only"), ("skip", "skip"), ("with", "with")) for i in chosen.get(key, ())
-    )
+    args = [a for key in ("only", "skip", "with") for i in chosen.get(key, ()) for a in (f"--{key}", i)]
+    return args + [a for d in (state or {}).get("patch_dirs", ()) if isinstance(d, str) for a in ("--patch-dir", d)]
 
 
 def _refuse(line: str, root: bool) -> NoReturn:
@@ -356,7 +361,7 @@ def _repair(verdict: Verdict, state: dict | None, root: bool) -> Verdict:
         _refuse(f"{_problems(verdict)}; mode apply cannot re-apply: gptoss-patch is not importable here and the "
                 f"interpreter that installed the hook ({(state or {}).get('tool')}) is gone; fix: {fix_command(verdict, state)}", root)
     logger.warning("gptoss-patch: %s; re-applying (mode apply)", _problems(verdict))
-    _run_tool(verdict, state, tool, root, ["apply", "--python", sys.executable, *_selection_args(state).split()])
+    _run_tool(verdict, state, tool, root, ["apply", "--python", sys.executable, *_selection_list(state)])
     if verdict.refresh:
         _run_tool(verdict, state, tool, root, ["hook", "install", "--python", sys.executable])
         state, _ = read_state(Path(__file__).with_suffix(".json"))

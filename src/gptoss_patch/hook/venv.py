@@ -27,7 +27,7 @@ from typing import TypeVar
 from packaging.requirements import InvalidRequirement, Requirement
 
 import gptoss_patch
-from gptoss_patch import __version__, engine
+from gptoss_patch import __version__, engine, registry, userpatches
 from gptoss_patch.engine import record
 from gptoss_patch.errors import GptossPatchError, PatchFailed, TargetError
 from gptoss_patch.hook import installer
@@ -60,6 +60,11 @@ class Plan:
     no_deps: bool = False  # vLLM without its dependencies (images that bring them; tests)
     mode: str | None = None  # hook mode; None keeps an installed hook's mode (default fail)
     base_python: str = field(default_factory=lambda: sys.executable)
+    patch_dirs: tuple[Path, ...] = ()  # the user's own patches, applied and expected with the built-ins
+
+    @property
+    def user(self) -> tuple[userpatches.UserPatch, ...]:
+        return userpatches.load_dirs(self.patch_dirs, registry.ids())
 
 
 @dataclass
@@ -119,12 +124,12 @@ def _steps(plan: Plan, installer: Installer, undo: Undo, step: StepRunner, annou
             _install_extras(plan, installer, python, skip)
     inst = discover(str(python), plan.vllm)
     with step("apply the patches") as skip:
-        _apply(inst, undo, skip)
+        _apply(inst, undo, skip, plan)
     with step("verify"):
-        _verify(inst)
+        _verify(inst, plan)
     with step("install the hook" + (f" (mode {plan.mode})" if plan.mode else "")) as skip:
         _hook(plan, inst, python, undo, skip)
-    return Outcome(inst, engine.status(inst))
+    return Outcome(inst, engine.status(inst, user=plan.user))
 
 
 # -- what it downloads ---------------------------------------------------------------------------
@@ -253,15 +258,15 @@ def _norm(name: str) -> str:
 # -- patches and hook ----------------------------------------------------------------------------
 
 
-def _apply(inst: Installation, undo: Undo, skip: Skip) -> None:
-    report = engine.apply(inst)
+def _apply(inst: Installation, undo: Undo, skip: Skip, plan: Plan) -> None:
+    report = engine.apply(inst, user=plan.user)
     undo.applied = any(r.changed for r in report.results)
     if not undo.applied:
         skip("nothing to write")
 
 
-def _verify(inst: Installation) -> None:
-    bad = [r for r in engine.verify(inst).results if r.error or r.state.needs_action]
+def _verify(inst: Installation, plan: Plan) -> None:
+    bad = [r for r in engine.verify(inst, user=plan.user).results if r.error or r.state.needs_action]
     if bad:
         first = bad[0]
         raise PatchFailed(f"verify failed for {first.id}: {first.error or first.reason}")
@@ -272,7 +277,8 @@ def _hook(plan: Plan, inst: Installation, python: Path, undo: Undo, skip: Skip) 
     if current.ok and (plan.mode is None or plan.mode == (current.state or {}).get("mode")):
         skip(f"installed, mode {(current.state or {}).get('mode')}")
         return
-    installer.install(inst, mode=plan.mode, tool=str(python))  # undoes its own partial writes if it fails
+    # undoes its own partial writes if it fails
+    installer.install(inst, mode=plan.mode, tool=str(python), patch_dirs=plan.patch_dirs or None)
     undo.hook_installed = not current.installed
 
 

@@ -1,0 +1,216 @@
+"""`capture`: the user's hand edits to the installed vLLM, written as one version-keyed patch file.
+
+An edit is whatever differs from what the wheel installed (RECORD's hash) and from what gptoss-patch
+wrote (the ledger): for a file a built-in patch changed, the codemods' own change is taken out first
+(`git apply -R` of the diff they make), so the patch file holds the user's lines only, against the
+file as it was before the codemods. It applies with `git apply -p1` from site-packages.
+
+RECORD has hashes, not bytes: the pristine text of a file gptoss-patch never wrote comes from the
+release's wheel (`--from FILE`, checked file by file against RECORD). The capture is then recorded
+in the ledger as applied, through the same transaction as `apply` (no vllm file changes), so
+`status` proves it from hashes and `revert --only NAME` takes it out again.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.version import Version
+
+from gptoss_patch.engine.audit import added_files, current_hashes, record_rows
+from gptoss_patch.engine.context import Context, decode, encode, open_context
+from gptoss_patch.engine.diff import unified_diff
+from gptoss_patch.engine.ledger import FileEntry, Store
+from gptoss_patch.engine.transaction import FilePlan, commit, recover
+from gptoss_patch.errors import Conflict, UsageError
+from gptoss_patch.fsutil import atomic_write, sha256
+from gptoss_patch.registry import by_id, ids
+from gptoss_patch.target import Installation
+from gptoss_patch.userpatches import SUFFIX, check_name, check_versions, header
+from gptoss_patch.versions import in_range
+
+
+@dataclass(frozen=True)
+class Captured:
+    name: str
+    path: Path
+    versions: str
+    files: tuple[str, ...]  # captured (empty: nothing to capture, nothing written)
+    skipped: tuple[str, ...] = ()  # new files in the package: not captured (user patches change existing files only)
+    text: str = ""
+
+    def to_json(self) -> dict[str, object]:
+        return {"name": self.name, "path": str(self.path), "vllm": self.versions, "files": list(self.files),
+                "skipped_new_files": list(self.skipped)}
+
+
+def capture(
+    inst: Installation, name: str, directory: Path, *, files: tuple[str, ...] = (), versions: str | None = None,
+    pristine: Path | None = None,
+) -> Captured:
+    check_name(name, ids())
+    target = directory / f"{name}{SUFFIX}"
+    if target.exists():
+        raise UsageError(f"{target} exists already; choose another name or remove it")
+    versions = check_versions(versions or f"=={inst.version.public}")
+    if not in_range(Version(inst.version.public), versions):
+        raise UsageError(f"--vllm-range {versions} does not include the installed vllm {inst.version.public}")
+    with Store(inst).locked():
+        recover(inst, locked=True)
+        ctx = open_context(inst)
+        rows = record_rows(inst)
+        wanted = _wanted(inst, rows, files)
+        edits, skipped = _edits(inst, ctx, rows, wanted)
+        if not edits:
+            return Captured(name, target, versions, (), skipped)
+        bases = _bases(ctx, edits, pristine)
+        diffs = {rel: unified_diff(rel, bases[rel][0], view) for rel, view in _user_views(ctx, edits, bases).items()}
+        text = header(name, versions) + "".join(d for d in diffs.values() if d)
+        captured = tuple(rel for rel, d in diffs.items() if d)
+        if not captured:
+            return Captured(name, target, versions, (), skipped)
+        _write_patch(directory, target, text)
+        _adopt(ctx, name, text.encode("utf-8"), captured, bases, edits)
+    return Captured(name, target, versions, captured, skipped, text)
+
+
+def _wanted(inst: Installation, rows: dict[str, tuple[str, int]], files: tuple[str, ...]) -> list[str] | None:
+    """--files, as site-packages-relative paths of the vllm package (None: every file)."""
+    if not files:
+        return None
+    out = []
+    root = inst.package_root.resolve()
+    for given in files:
+        path = Path(given)
+        if not path.is_absolute():
+            path = inst.site_packages / given if given.startswith("vllm/") else Path.cwd() / given
+        real = path.resolve()
+        if not real.is_relative_to(root):
+            raise UsageError(f"{given} is not a file of the vllm package at {inst.package_root}; only files inside it can be captured")
+        rel = real.relative_to(inst.site_packages.resolve()).as_posix()
+        if rel not in rows:
+            raise UsageError(f"{rel} is not listed in vllm's RECORD (a new file); user patches change existing files only")
+        out.append(rel)
+    return out
+
+
+def _edits(
+    inst: Installation, ctx: Context, rows: dict[str, tuple[str, int]], wanted: list[str] | None
+) -> tuple[dict[str, bytes], tuple[str, ...]]:
+    """rel -> current bytes of each file that holds something neither the wheel nor gptoss-patch put there."""
+    vllm_rows = {rel: row for rel, row in rows.items() if rel.startswith("vllm/") and (wanted is None or rel in wanted)}
+    hashes = current_hashes(inst, vllm_rows)
+    edits = {}
+    for rel, (expected, _size) in sorted(vllm_rows.items()):
+        digest = hashes.get(rel)
+        entry = ctx.ledger.files.get(rel)
+        if digest is None or digest == (entry.patched if entry else expected):
+            continue
+        data = ctx.read(rel)
+        if data is not None:
+            edits[rel] = data
+    skipped: tuple[str, ...] = ()
+    if wanted is None:
+        skipped = tuple(f.path for f in added_files(inst, set(rows)))
+    return edits, skipped
+
+
+def _bases(ctx: Context, edits: dict[str, bytes], pristine: Path | None) -> dict[str, tuple[bytes, bytes]]:
+    """rel -> (the file before the user's new edit, the same after the codemods the ledger lists)."""
+    bases: dict[str, tuple[bytes, bytes]] = {}
+    need_wheel = [rel for rel in edits if rel not in ctx.ledger.files]
+    wheel = _from_wheel(ctx.inst, need_wheel, pristine) if need_wheel else {}
+    for rel in edits:
+        entry = ctx.ledger.files.get(rel)
+        if entry is None:
+            bases[rel] = (wheel[rel], wheel[rel])
+            continue
+        base = ctx.store.blob(entry.original)
+        if entry.diffs:
+            from gptoss_patch.engine import withdiff
+
+            base = withdiff.replay(rel, base, [ctx.store.blob(d) for d in entry.diffs])
+        specs = [by_id()[p] for p in entry.patches if p in by_id()]
+        patched = encode(ctx.rewrite(specs, decode(base) or ""), base) if specs else base
+        if sha256(patched) != entry.patched:
+            raise Conflict(f"cannot tell your edit of {rel} from what gptoss-patch wrote (rebuilding it gives another hash); nothing was written")
+        bases[rel] = (base, patched)
+    return bases
+
+
+def _user_views(ctx: Context, edits: dict[str, bytes], bases: dict[str, tuple[bytes, bytes]]) -> dict[str, bytes]:
+    """The files with the user's edits but without the codemods' changes."""
+    views = {}
+    for rel, current in edits.items():
+        base, patched = bases[rel]
+        if base == patched:
+            views[rel] = current
+            continue
+        from gptoss_patch.engine.withdiff import DoesNotApply, git_apply
+
+        ids_ = ", ".join(p for p in ctx.ledger.files[rel].patches)
+        try:
+            # no context lines: the codemods' own lines are found by content, whatever the user changed around them
+            views[rel] = git_apply(unified_diff(rel, base, patched, context=0), {rel: current}, reverse=True, zero_context=True)[rel]
+        except DoesNotApply:
+            raise Conflict(
+                f"your edit of {rel} touches lines gptoss-patch wrote ({ids_}); nothing was written",
+                hint="keep your edit away from those lines, or copy the file aside, `gptoss-patch revert --force`, "
+                "make the edit again on the original and capture it",
+            ) from None
+    return views
+
+
+def _from_wheel(inst: Installation, rels: list[str], pristine: Path | None) -> dict[str, bytes]:
+    """The wheel's bytes of `rels`, each checked against the installed RECORD."""
+    if pristine is None:
+        raise UsageError(
+            f"capture needs the files as {inst.label} installed them: pass --from with its wheel",
+            hint=f"{inst.python} -m pip download --no-deps {inst.distribution}=={inst.version.public} -d DIR",
+        )
+    rows = record_rows(inst)
+    out = {}
+    try:
+        with zipfile.ZipFile(pristine) as zf:
+            for rel in rels:
+                try:
+                    data = zf.read(rel)
+                except KeyError:
+                    raise UsageError(f"{pristine} has no {rel}: it is not the wheel of {inst.label}") from None
+                if sha256(data) != rows[rel][0]:
+                    raise UsageError(f"{pristine} is not the wheel of {inst.label}: its {rel} differs from RECORD")
+                out[rel] = data
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise UsageError(f"cannot read {pristine} as a wheel: {exc.__class__.__name__}") from None
+    return out
+
+
+def _write_patch(directory: Path, target: Path, text: str) -> None:
+    if not directory.is_dir():
+        raise UsageError(f"patch directory {directory} does not exist")
+    atomic_write(target, text.encode("utf-8"), 0o644)
+
+
+def _adopt(
+    ctx: Context, name: str, blob: bytes, files: tuple[str, ...], bases: dict[str, tuple[bytes, bytes]], edits: dict[str, bytes]
+) -> None:
+    """Record the capture as applied: the ledger gets the user patch; no vllm file changes."""
+    plans = []
+    extra: dict[str, list[bytes]] = {}
+    digest = sha256(blob)
+    for rel in files:
+        current = edits[rel]
+        entry = ctx.ledger.files.get(rel)
+        mode = (ctx.inst.site_packages / rel).stat().st_mode & 0o7777
+        if entry is None:
+            original = bases[rel][0]
+            new = FileEntry(sha256(original), sha256(current), (name,), mode, (digest,), ((name, digest),))
+            extra[rel] = [original, blob]
+        else:
+            new = FileEntry(entry.original, sha256(current), (*entry.patches, name), entry.mode,
+                            (*entry.diffs, digest), (*entry.user, (name, digest)))
+            extra[rel] = [blob]
+        plans.append(FilePlan(rel, current, current, new))
+    commit(ctx, "capture", plans, extra)

@@ -1,0 +1,188 @@
+"""The user's own patches: unified diffs in patch directories, each keyed to a range of vLLM versions.
+
+A user patch is a file `NAME.diff` in a patch directory: a short header of `#` lines, then a unified
+diff whose paths are relative to site-packages (`a/vllm/...`, as `git apply -p1` takes it there):
+
+    # gptoss-patch user patch: NAME
+    # vllm: >=0.17,<0.19
+    --- a/vllm/envs.py
+    +++ b/vllm/envs.py
+    @@ ...
+
+The directories come from `--patch-dir` (repeatable), else `GPTOSS_PATCH_DIRS` (os.pathsep-separated),
+else `[tool.gptoss-patch] patch-dirs` in the nearest pyproject.toml. Everything is checked when it is
+loaded, so a bad patch file stops a command before anything is read from the installation. The engine
+applies them (engine/userdiffs.py); this module only reads and checks files, and imports no engine code.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from packaging.version import Version
+
+from gptoss_patch.errors import UsageError
+from gptoss_patch.versions import in_range, specifier
+
+SUFFIX = ".diff"
+ENV = "GPTOSS_PATCH_DIRS"
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}")
+_HEADER = re.compile(r"^#\s*(gptoss-patch user patch|vllm)\s*:\s*(.*?)\s*$")
+_FILE = re.compile(r"^(---|\+\+\+) (\S+)")
+
+
+@dataclass(frozen=True)
+class UserPatch:
+    """One patch file: its name (the file's stem), where it is, the vLLM versions it is for, its text."""
+
+    name: str
+    path: Path
+    versions: str  # PEP 440 specifiers
+    text: str
+    files: tuple[str, ...]  # site-packages-relative files it changes, in the diff's order
+
+    def fits(self, version: Version) -> bool:
+        return in_range(Version(version.public), self.versions)
+
+    @property
+    def blob(self) -> bytes:
+        return self.text.encode("utf-8")
+
+
+def header(name: str, versions: str) -> str:
+    """The lines `capture` writes before the diff (git apply skips them)."""
+    return f"# gptoss-patch user patch: {name}\n# vllm: {versions}\n"
+
+
+def check_name(name: str, taken: Iterable[str] = ()) -> None:
+    if not NAME.fullmatch(name) or name.endswith(SUFFIX):
+        raise UsageError(f"patch name {name!r}: use letters, digits, '.', '_' and '-' (at most 80), without {SUFFIX}")
+    if name in set(taken):
+        raise UsageError(f"patch name {name!r} is the id of a built-in patch; choose another name")
+
+
+def check_versions(versions: str) -> str:
+    try:
+        specifier(versions)
+    except ValueError:
+        raise UsageError(f"invalid vLLM version range {versions!r}: expected PEP 440 specifiers such as >=0.17,<0.19") from None
+    if not versions.strip():
+        raise UsageError("the vLLM version range is empty: give specifiers such as ==0.17.1 or >=0.17,<0.19")
+    return versions.strip()
+
+
+def touched_files(text: str, where: str) -> tuple[str, ...]:
+    """The files a diff changes; each must be an existing file inside the vllm package."""
+    files: list[str] = []
+    for line in text.splitlines():
+        found = _FILE.match(line)
+        if not found:
+            continue
+        raw = found.group(2)
+        if raw == "/dev/null":
+            raise UsageError(f"{where} creates or deletes a file; user patches may only change existing vllm files")
+        rel = raw[2:] if raw.startswith(("a/", "b/")) else raw
+        pure = PurePosixPath(rel)
+        if raw.startswith("/") or pure.is_absolute() or ".." in pure.parts or pure.parts[:1] != ("vllm",) or "\\" in rel:
+            raise UsageError(f"{where} touches {raw!r}, which is not a file of the vllm package (paths must be a/vllm/...)")
+        if rel not in files:
+            files.append(rel)
+    if not files:
+        raise UsageError(f"{where} names no files (expected `--- a/vllm/...` / `+++ b/vllm/...` headers)")
+    return tuple(files)
+
+
+def load(path: Path) -> UserPatch:
+    """One patch file, checked: UTF-8, a header with a valid range, paths inside the vllm package."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"user patch {path} is not UTF-8 text") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read user patch {path}: {exc.strerror or exc.__class__.__name__}") from None
+    facts: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            break
+        if m := _HEADER.match(line):
+            facts[m.group(1)] = m.group(2)
+    if "vllm" not in facts:
+        raise UsageError(f"user patch {path} has no `# vllm: <versions>` header line (capture writes one)")
+    try:
+        versions = check_versions(facts["vllm"])
+    except UsageError as exc:
+        raise UsageError(f"user patch {path}: {exc}") from None
+    return UserPatch(path.name[: -len(SUFFIX)], path, versions, text, touched_files(text, f"user patch {path}"))
+
+
+def load_dirs(dirs: Iterable[Path], builtin_ids: Iterable[str] = ()) -> tuple[UserPatch, ...]:
+    """Every `*.diff` of each directory, in the order given and then by file name."""
+    found: dict[str, UserPatch] = {}
+    builtins = set(builtin_ids)
+    for directory in dirs:
+        if not directory.is_dir():
+            raise UsageError(f"patch directory {directory} does not exist or is not a directory")
+        for path in sorted(directory.glob(f"*{SUFFIX}")):
+            patch = load(path)
+            if patch.name in found:
+                raise UsageError(f"two patch directories hold a patch named {patch.name!r}: {found[patch.name].path} and {path}")
+            if not NAME.fullmatch(patch.name) or patch.name in builtins:
+                raise UsageError(f"user patch {path}: its name must be new (not a built-in patch id) and made of letters, digits, '.', '_', '-'")
+            found[patch.name] = patch
+    return tuple(found.values())
+
+
+def patch_dirs(given: Iterable[str] | None, cwd: Path, environ: Mapping[str, str] = os.environ) -> tuple[Path, ...]:
+    """The patch directories: --patch-dir, else GPTOSS_PATCH_DIRS, else the nearest pyproject.toml's list."""
+    chosen = [d for d in (given or ()) if d]
+    if chosen:
+        return tuple(_absolute(Path(d), cwd) for d in chosen)
+    if environ.get(ENV):
+        return tuple(_absolute(Path(d), cwd) for d in environ[ENV].split(os.pathsep) if d)
+    return _from_pyproject(cwd)
+
+
+def _absolute(path: Path, base: Path) -> Path:
+    return Path(os.path.normpath(base / path.expanduser()))
+
+
+def _from_pyproject(cwd: Path) -> tuple[Path, ...]:
+    for folder in (cwd, *cwd.parents):
+        pyproject = folder / "pyproject.toml"
+        if not pyproject.is_file():
+            continue
+        try:
+            text = pyproject.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read {pyproject}: {exc.__class__.__name__}") from None
+        if "gptoss-patch" not in text:
+            return ()
+        data = _toml(pyproject, text)
+        dirs = data.get("tool", {}).get("gptoss-patch", {}).get("patch-dirs", [])
+        if not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
+            raise UsageError(f"{pyproject}: [tool.gptoss-patch] patch-dirs must be a list of directory names")
+        return tuple(_absolute(Path(d), folder) for d in dirs)
+    return ()
+
+
+def _toml(pyproject: Path, text: str) -> dict[str, Any]:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # Python 3.10
+        try:
+            import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
+        except ImportError:
+            raise UsageError(
+                f"reading [tool.gptoss-patch] in {pyproject} needs Python 3.11 or tomli; use --patch-dir or {ENV}"
+            ) from None
+    try:
+        data: dict[str, Any] = tomllib.loads(text)
+        return data
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"cannot read {pyproject}: {exc}") from None
