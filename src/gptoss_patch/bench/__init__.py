@@ -35,7 +35,8 @@ COMPARISONS = ("vanilla", "eager")
 DEFAULT_CONCURRENCY = (1, 2, 4, 5, 8, 10, 16, 32, 64)
 TAIL_LINES = 15  # a failed server's last log lines, shown with the error
 HEALTH_INTERVAL = 1.0
-SHARED_MEMORY_UTILIZATION = "0.44"  # each of two servers on one GPU (vLLM's default is 0.9 for one)
+SHARED_MEMORY_UTILIZATION = "0.44"
+KV_CACHE_SIZED = "KV cache"  # vLLM's log line once it has sized the cache ("Available KV cache memory", "GPU KV cache size")  # each of two servers on one GPU (vLLM's default is 0.9 for one)
 
 
 class BenchFailed(CheckFailed):
@@ -166,6 +167,12 @@ def parse_compare(text: str | None) -> tuple[str, ...]:
     return names
 
 
+def require_bench(package_root: Path, python: str) -> None:
+    """`vllm bench serve` is vllm/benchmarks/serve.py (read statically, before any server starts)."""
+    if not (Path(package_root) / "benchmarks" / "serve.py").is_file():
+        raise BenchFailed(f"vllm bench serve is not available in {python}: no vllm/benchmarks/serve.py in {package_root}")
+
+
 def check_repeat(repeat: int) -> int:
     if repeat < 1:
         raise UsageError(f"--repeat {repeat}: expected 1 or more rounds")
@@ -276,6 +283,7 @@ class RunningServer:
         self.spec = spec
         self.log_file = log_file
         self.tail: collections.deque[str] = collections.deque(maxlen=200)
+        self.memory_settled = False
         log_file.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(log_file, "a", encoding="utf-8")  # noqa: SIM115 - closed in stop()
         self.child = _spawn(list(spec.argv), spec.env, stdout=subprocess.PIPE)
@@ -291,6 +299,8 @@ class RunningServer:
             self._log.write(line)
             self._log.flush()
             self.tail.append(line.rstrip("\n"))
+            if KV_CACHE_SIZED in line:
+                self.memory_settled = True
 
     def alive(self) -> bool:
         return self.child.poll() is None
@@ -324,6 +334,18 @@ def _spawn(argv: list[str], env: dict[str, str], *, stdout: int, stdin: int = su
         )  # fmt: skip
     except OSError as exc:
         raise TargetError(f"cannot start {argv[0]}: {exc.strerror or exc}") from None
+
+
+def _wait_memory_settled(server: RunningServer, deadline: float) -> None:
+    """The next server starts once this one has sized its KV cache (or is ready): vLLM sizes the cache from
+    the memory it sees used while profiling, so two servers profiling at once would count each other's."""
+    while time.monotonic() < deadline:
+        if not server.alive():
+            raise server.failure(f"exited with code {server.child.returncode} before it was ready")
+        if server.memory_settled or server.healthy():
+            return
+        time.sleep(HEALTH_INTERVAL)
+    raise server.failure("was not ready in time")
 
 
 def wait_ready(servers: Sequence[RunningServer], timeout: float, notify: Callable[[str], None]) -> None:
@@ -369,10 +391,13 @@ def run(
     driver: subprocess.Popen | None = None
     with _terminating_as_interrupt():
         try:
+            deadline = time.monotonic() + start_timeout
             for spec in specs:
+                if servers:
+                    _wait_memory_settled(servers[-1], deadline)
                 servers.append(RunningServer(spec, log_dir / f"{spec.name}.log"))
                 notify(f"started {spec.name} server (pid {servers[-1].child.pid}): {spec.command_line}")
-            wait_ready(servers, start_timeout, notify)
+            wait_ready(servers, max(1.0, deadline - time.monotonic()), notify)
             warmup = [Run(f"warmup-{name}", name, 1, -1) for name in names]
             payload = [{"id": r.id, "argv": bench_argv(by_name[r.server], _warmup(workload), 1, 0)} for r in warmup]
             payload += [{"id": r.id, "argv": bench_argv(by_name[r.server], workload, r.concurrency, r.round)} for r in runs]

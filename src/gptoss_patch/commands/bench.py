@@ -85,6 +85,7 @@ def bench(
     )  # fmt: skip
     plan = resolve_plan(python, venv, vllm, options)
     preflight.require_launchable(plan)
+    engine.require_bench(plan.installation.package_root, str(plan.installation.python))
     from gptoss_patch.commands.serve import _preflight
 
     _preflight(plan)
@@ -92,6 +93,11 @@ def bench(
     workload = engine.Workload(model=model, concurrency=sizes, repeat=repeat, input_len=input_len, output_len=output_len, waves=waves)
     log_dir = log_dir or runner.default_log_file().parent / time.strftime(f"bench-%Y%m%d-%H%M%S-{os.getpid()}")
     try:
+        for spec in specs:
+            if not engine.port_free(spec.port):
+                from gptoss_patch.errors import UsageError
+
+                raise UsageError(f"port {spec.port} ({spec.name} server) is in use; pass --port to choose another")
         report = engine.run(
             str(plan.installation.python), specs, workload, log_dir=log_dir, start_timeout=start_timeout, run_timeout=RUN_TIMEOUT,
             notify=render.info,

@@ -17,6 +17,7 @@ because it runs in an interpreter gptoss-patch knows nothing else about.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import sys
@@ -109,7 +110,10 @@ def write_tokenizer(vocab_file: Path, out: Path, config: dict) -> None:
     from transformers import PreTrainedTokenizerFast
     from transformers.convert_slow_tokenizer import TikTokenConverter
 
-    converter = TikTokenConverter(vocab_file=str(vocab_file), pattern=O200K_PATTERN, additional_special_tokens=special_tokens())
+    # transformers 4.x calls the argument additional_special_tokens, 5.x extra_special_tokens.
+    parameters = inspect.signature(TikTokenConverter.__init__).parameters
+    keyword = "extra_special_tokens" if "extra_special_tokens" in parameters else "additional_special_tokens"
+    converter = TikTokenConverter(vocab_file=str(vocab_file), pattern=O200K_PATTERN, **{keyword: special_tokens()})
     backend = converter.converted()
     check_special_ids(backend)
     tokenizer = PreTrainedTokenizerFast(
@@ -123,6 +127,16 @@ def write_tokenizer(vocab_file: Path, out: Path, config: dict) -> None:
     # The template goes into tokenizer_config.json, which every reader of chat templates knows;
     # chat_template.jinja is newer than some of them.
     tokenizer.save_pretrained(str(out), save_jinja_files=False)
+    portable_tokenizer_config(out / "tokenizer_config.json")
+
+
+def portable_tokenizer_config(path: Path) -> None:
+    """Name the class as the released checkpoints do: transformers 5 writes its own TokenizersBackend,
+    which 4.x cannot load; both load PreTrainedTokenizerFast."""
+    config = json.loads(path.read_text(encoding="utf-8"))
+    config.pop("backend", None)
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def check_special_ids(backend) -> None:
