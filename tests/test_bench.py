@@ -30,7 +30,11 @@ def test_bench_arguments_fix_the_lengths_and_ignore_eos() -> None:
     argv = bench.bench_argv(SPEC, WORKLOAD, 10, 1)
     pairs = dict(zip(argv[::1], argv[1:]))
     assert pairs["--endpoint"] == "/v1/completions" and pairs["--dataset-name"] == "random"
-    assert (pairs["--random-input-len"], pairs["--random-output-len"], pairs["--random-range-ratio"]) == ("128", "256", "0")
+    assert (pairs["--random-input-len"], pairs["--random-output-len"], pairs["--random-range-ratio"]) == (
+        "128",
+        "256",
+        "0",
+    )
     assert (pairs["--max-concurrency"], pairs["--num-prompts"], pairs["--seed"]) == ("10", "20", "1")
     assert "--ignore-eos" in argv and pairs["--base-url"] == "http://127.0.0.1:8000"
     assert bench.Workload(model="/m", waves=1, min_prompts=2).prompts(1) == 2
@@ -65,7 +69,12 @@ def test_medians_spread_and_ratio() -> None:
         _sample("vanilla", 1, 0, 241.8), _sample("vanilla", 1, 1, 230.7), _sample("vanilla", 1, 2, 244.1),
     ]  # fmt: skip
     rows = bench.summarize(samples, ["profile", "vanilla"])
-    assert [(r.concurrency, r.server) for r in rows] == [(1, "profile"), (1, "vanilla"), (10, "profile"), (10, "vanilla")]
+    assert [(r.concurrency, r.server) for r in rows] == [
+        (1, "profile"),
+        (1, "vanilla"),
+        (10, "profile"),
+        (10, "vanilla"),
+    ]
     c10 = rows[2]
     assert c10.generation == bench.Stat(1440.0, 1435.0, 1444.0)
     assert c10.ratio == pytest.approx(1440.0 / 1344.0) and c10.within_spread is False

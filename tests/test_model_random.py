@@ -76,7 +76,9 @@ def read_member(version: str, member: str) -> str:
 def mapper(tree: ast.Module) -> tuple[dict[str, str], dict[str, str]]:
     """GptOssForCausalLM.hf_to_vllm_mapper's substring and suffix maps, as literals."""
     for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "hf_to_vllm_mapper" for t in node.targets):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "hf_to_vllm_mapper" for t in node.targets
+        ):
             assert isinstance(node.value, ast.Call)
             found = {kw.arg: ast.literal_eval(kw.value) for kw in node.value.keywords}
             return found.get("orig_to_new_substr", {}), found.get("orig_to_new_suffix", {})
@@ -97,7 +99,9 @@ def self_attributes(tree: ast.Module) -> set[str]:
     """Every `self.NAME = ...` in the model file: the module tree's attribute names."""
     names = set()
     for node in ast.walk(tree):
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
         for target in targets:
             if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
                 names.add(target.attr)
@@ -110,7 +114,9 @@ def config_reads(tree: ast.Module) -> set[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute):
             base = node.value
-            if (isinstance(base, ast.Name) and base.id == "config") or (isinstance(base, ast.Attribute) and base.attr == "config"):
+            if (isinstance(base, ast.Name) and base.id == "config") or (
+                isinstance(base, ast.Attribute) and base.attr == "config"
+            ):
                 reads.add(node.attr)
     return reads
 
@@ -132,14 +138,22 @@ def mxfp4_parameters(source: str, experts: int, hidden: int, inter: int) -> dict
     dtypes = {"weight_dtype": "uint8", "scale_dtype": "uint8"}
     found: dict[str, tuple[tuple[int, ...], str]] = {}
     for node in ast.walk(method):
-        if not (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Call)):
+        if not (
+            isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Call)
+        ):
             continue
         inner = node.value.args[0] if node.value.args else None
         if not (isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr == "zeros"):
             continue
         shape = tuple(eval(compile(ast.Expression(arg), "<shape>", "eval"), {}, dict(names)) for arg in inner.args)  # noqa: S307 - our own literals
         dtype_node = next(kw.value for kw in inner.keywords if kw.arg == "dtype")
-        dtype = dtypes.get(dtype_node.id, "?") if isinstance(dtype_node, ast.Name) else "bf16" if ast.unparse(dtype_node).endswith("bfloat16") else "?"
+        dtype = (
+            dtypes.get(dtype_node.id, "?")
+            if isinstance(dtype_node, ast.Name)
+            else "bf16"
+            if ast.unparse(dtype_node).endswith("bfloat16")
+            else "?"
+        )
         found[node.targets[0].id] = (shape, dtype)
     return found
 
@@ -167,7 +181,9 @@ def test_large_shapes_load_into_vllms_gpt_oss(version: str, shape: str) -> None:
     substr, suffix = mapper(tree)
     stacked = stacked_mapping(tree)
     attributes = self_attributes(tree)
-    moe = mxfp4_parameters(read_member(version, MXFP4_FILE), recipe.num_local_experts, recipe.hidden_size, recipe.intermediate_size)
+    moe = mxfp4_parameters(
+        read_member(version, MXFP4_FILE), recipe.num_local_experts, recipe.hidden_size, recipe.intermediate_size
+    )
     assert set(moe) == {"w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale", "w13_bias", "w2_bias"}
 
     seen_moe = set()
@@ -254,7 +270,9 @@ def _occupied(tmp_path: Path) -> Path:
 def test_a_non_empty_destination_is_refused_without_force(tmp_path: Path) -> None:
     out = _occupied(tmp_path)
     with pytest.raises(UsageError, match="not empty; pass --force"):
-        model.build(fake_interpreter(tmp_path, GOOD_BUILDER), out, model.TINY, support.vocab_dir() / vocab.O200K.file_name)
+        model.build(
+            fake_interpreter(tmp_path, GOOD_BUILDER), out, model.TINY, support.vocab_dir() / vocab.O200K.file_name
+        )
     assert [p.name for p in out.iterdir()] == ["mine.txt"]
 
 

@@ -20,7 +20,9 @@ SERVE_ARGS = ("--enforce-eager", "--max-model-len", "1024", "--dtype", "bfloat16
 TIMEOUT = 600
 
 
-def bench(python: Path, model: str, tmp_path: Path, *args: str, serve_args: tuple[str, ...] = SERVE_ARGS) -> subprocess.CompletedProcess[str]:
+def bench(
+    python: Path, model: str, tmp_path: Path, *args: str, serve_args: tuple[str, ...] = SERVE_ARGS
+) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "gptoss_patch", "bench", model, "--gpu", "cpu", "--python", str(python),
                "--log-dir", str(tmp_path / "logs"), "--input-len", "16", "--output-len", "8", "--start-timeout", "300", *args,
                "--", *serve_args]  # fmt: skip
@@ -31,7 +33,9 @@ def bench(python: Path, model: str, tmp_path: Path, *args: str, serve_args: tupl
 def assert_no_server_left(tmp_path: Path) -> None:
     """No process still has one of this test's logs open (each server writes only through its bench)."""
     found = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
-    assert "api_server" not in "\n".join(line for line in found.splitlines() if str(tmp_path) in line or "bench/driver.py" in line)
+    assert "api_server" not in "\n".join(
+        line for line in found.splitlines() if str(tmp_path) in line or "bench/driver.py" in line
+    )
 
 
 def test_profile_against_vanilla_gives_medians_and_a_ratio(clone, model: Path, tmp_path: Path) -> None:
@@ -46,7 +50,7 @@ def test_profile_against_vanilla_gives_medians_and_a_ratio(clone, model: Path, t
     assert all(s["ready_seconds"] and s["ready_seconds"] > 0 for s in report["servers"])
     profile_cmd, vanilla_cmd = (s["command"] for s in report["servers"])
     assert "--cudagraph-capture-sizes" in profile_cmd and "--cudagraph-capture-sizes" not in vanilla_cmd
-    assert vanilla_cmd[-len(SERVE_ARGS):] == list(SERVE_ARGS)  # the same limits as the profile
+    assert vanilla_cmd[-len(SERVE_ARGS) :] == list(SERVE_ARGS)  # the same limits as the profile
     # 2 rounds x 2 concurrencies x 2 servers, in alternating order.
     samples = report["samples"]
     assert len(samples) == 8

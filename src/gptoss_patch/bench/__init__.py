@@ -1,6 +1,7 @@
 """`gptoss-patch bench`: the launcher's profile against plain `vllm serve`, measured side by side with vLLM's own benchmark.
 
-Both servers run at once on one machine (each with its share of memory), and every round drives them
+Both servers run at once on one machine (each with its share of memory; the second starts once the
+first has sized its KV cache), and every round drives them
 in turn, alternating which goes first, with identical requests (`vllm bench serve`: random dataset,
 fixed input and output lengths, `ignore_eos`, the completions endpoint). The figures are medians over
 the rounds with their spread, so a difference smaller than the spread reads as noise.
@@ -35,8 +36,9 @@ COMPARISONS = ("vanilla", "eager")
 DEFAULT_CONCURRENCY = (1, 2, 4, 5, 8, 10, 16, 32, 64)
 TAIL_LINES = 15  # a failed server's last log lines, shown with the error
 HEALTH_INTERVAL = 1.0
-SHARED_MEMORY_UTILIZATION = "0.44"
-KV_CACHE_SIZED = "KV cache"  # vLLM's log line once it has sized the cache ("Available KV cache memory", "GPU KV cache size")  # each of two servers on one GPU (vLLM's default is 0.9 for one)
+SHARED_MEMORY_UTILIZATION = "0.44"  # each of two servers on one GPU (vLLM's default is 0.9 for one)
+# vLLM's log lines once it has sized its KV cache (GPU worker; the scheduler's, also on CPU).
+KV_CACHE_SIZED = ("Available KV cache memory", "GPU KV cache size")
 
 
 class BenchFailed(CheckFailed):
@@ -170,7 +172,9 @@ def parse_compare(text: str | None) -> tuple[str, ...]:
 def require_bench(package_root: Path, python: str) -> None:
     """`vllm bench serve` is vllm/benchmarks/serve.py (read statically, before any server starts)."""
     if not (Path(package_root) / "benchmarks" / "serve.py").is_file():
-        raise BenchFailed(f"vllm bench serve is not available in {python}: no vllm/benchmarks/serve.py in {package_root}")
+        raise BenchFailed(
+            f"vllm bench serve is not available in {python}: no vllm/benchmarks/serve.py in {package_root}"
+        )
 
 
 def check_repeat(repeat: int) -> int:
@@ -257,7 +261,13 @@ def summarize(samples: Sequence[Sample], servers: Sequence[str]) -> list[Row]:
             other = rows.get((baseline, concurrency)) if baseline else None
             if name == "profile" and other is not None and other.generation.median > 0:
                 overlap = row.generation.low <= other.generation.high and other.generation.low <= row.generation.high
-                row = Row(**{**row.__dict__, "ratio": row.generation.median / other.generation.median, "within_spread": overlap})
+                row = Row(
+                    **{
+                        **row.__dict__,
+                        "ratio": row.generation.median / other.generation.median,
+                        "within_spread": overlap,
+                    }
+                )
             ordered.append(row)
     return ordered
 
@@ -299,7 +309,7 @@ class RunningServer:
             self._log.write(line)
             self._log.flush()
             self.tail.append(line.rstrip("\n"))
-            if KV_CACHE_SIZED in line:
+            if any(marker in line for marker in KV_CACHE_SIZED):
                 self.memory_settled = True
 
     def alive(self) -> bool:
@@ -313,7 +323,11 @@ class RunningServer:
             return False
 
     def failure(self, what: str) -> BenchFailed:
-        return BenchFailed(f"{self.spec.name} server ({self.spec.url}) {what}", last_lines=list(self.tail)[-TAIL_LINES:], log_file=self.log_file)
+        return BenchFailed(
+            f"{self.spec.name} server ({self.spec.url}) {what}",
+            last_lines=list(self.tail)[-TAIL_LINES:],
+            log_file=self.log_file,
+        )
 
     def stop(self) -> None:
         self._stop(self.child)
@@ -400,7 +414,9 @@ def run(
             wait_ready(servers, max(1.0, deadline - time.monotonic()), notify)
             warmup = [Run(f"warmup-{name}", name, 1, -1) for name in names]
             payload = [{"id": r.id, "argv": bench_argv(by_name[r.server], _warmup(workload), 1, 0)} for r in warmup]
-            payload += [{"id": r.id, "argv": bench_argv(by_name[r.server], workload, r.concurrency, r.round)} for r in runs]
+            payload += [
+                {"id": r.id, "argv": bench_argv(by_name[r.server], workload, r.concurrency, r.round)} for r in runs
+            ]
             driver = _spawn([python, str(DRIVER)], dict(os.environ), stdout=subprocess.PIPE, stdin=subprocess.PIPE)
             samples = _drive(driver, payload, {r.id: r for r in runs}, servers, run_timeout, notify)
         finally:
@@ -411,7 +427,10 @@ def run(
             for server in servers:
                 server.stop()
     return BenchReport(
-        servers=[{"name": s.spec.name, "command": list(s.spec.argv), "ready_seconds": s.ready_after, "log": str(s.log_file)} for s in servers],
+        servers=[
+            {"name": s.spec.name, "command": list(s.spec.argv), "ready_seconds": s.ready_after, "log": str(s.log_file)}
+            for s in servers
+        ],
         workload=asdict(workload),
         rows=summarize(samples, names),
         samples=samples,
@@ -422,7 +441,15 @@ def run(
 
 def _warmup(workload: Workload) -> Workload:
     """One short untimed run per server first: the first requests after start-up pay one-off costs."""
-    return Workload(model=workload.model, concurrency=(1,), repeat=1, input_len=workload.input_len, output_len=16, waves=1, min_prompts=2)
+    return Workload(
+        model=workload.model,
+        concurrency=(1,),
+        repeat=1,
+        input_len=workload.input_len,
+        output_len=16,
+        waves=1,
+        min_prompts=2,
+    )
 
 
 def _drive(
@@ -468,7 +495,9 @@ def _drive(
             continue  # a warm-up
         sample = sample_from(message.get("result") or {}, run_)
         samples.append(sample)
-        notify(f"round {run_.round + 1} c={run_.concurrency} {run_.server}: {sample.generation:.1f} tok/s, TPOT {sample.tpot_ms:.2f} ms")
+        notify(
+            f"round {run_.round + 1} c={run_.concurrency} {run_.server}: {sample.generation:.1f} tok/s, TPOT {sample.tpot_ms:.2f} ms"
+        )
     return samples
 
 
@@ -479,11 +508,11 @@ def _raise_for(message: dict[str, Any], runs: dict[str, Run], servers: Sequence[
             raise server.failure(f"died during the benchmark (exit code {server.child.returncode})")
     run_ = runs.get(str(message.get("id")))
     name = run_.server if run_ else str(message.get("id")).rsplit("-", 1)[-1]
-    server = next((s for s in servers if s.spec.name == name), None)
+    named = next((s for s in servers if s.spec.name == name), None)
     what = f"vllm bench serve failed against the {name} server: {message['error']}"
-    if server is None:
+    if named is None:
         raise BenchFailed(what)
-    raise BenchFailed(what, last_lines=list(server.tail)[-TAIL_LINES:], log_file=server.log_file)
+    raise BenchFailed(what, last_lines=list(named.tail)[-TAIL_LINES:], log_file=named.log_file)
 
 
 def _parse(line: str) -> dict[str, Any] | None:

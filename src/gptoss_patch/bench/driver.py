@@ -13,9 +13,10 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+from typing import Any
 
 
-def parser():
+def parser() -> Any:  # vLLM's FlexibleArgumentParser (or argparse's)
     from vllm.benchmarks.serve import add_cli_args
 
     try:

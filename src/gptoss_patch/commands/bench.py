@@ -9,29 +9,65 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gptoss_patch.commands._launch import LOOPBACK, AllowUnpatchedOption, ExtraArgs, GpuOption, deferred_options, resolve_plan
+from gptoss_patch.commands._launch import (
+    LOOPBACK,
+    AllowUnpatchedOption,
+    ExtraArgs,
+    GpuOption,
+    deferred_options,
+    resolve_plan,
+)
 from gptoss_patch.options import JsonOption, PythonOption, VenvOption, VerboseOption, VllmOption, handles_errors
 
 if TYPE_CHECKING:
-    from gptoss_patch.bench import BenchReport, ServerSpec
+    from gptoss_patch.bench import BenchReport, ServerSpec, Stat
     from gptoss_patch.launcher.results import LaunchPlan
 
-ConcurrencyOption = Annotated[str, typer.Option("--concurrency", metavar="N,N,...", help="Concurrencies to measure (vllm bench serve --max-concurrency).")]
-RepeatOption = Annotated[int, typer.Option("--repeat", metavar="N", help="Rounds; the table shows medians over them and their range.")]
+ConcurrencyOption = Annotated[
+    str,
+    typer.Option(
+        "--concurrency", metavar="N,N,...", help="Concurrencies to measure (vllm bench serve --max-concurrency)."
+    ),
+]
+RepeatOption = Annotated[
+    int, typer.Option("--repeat", metavar="N", help="Rounds; the table shows medians over them and their range.")
+]
 CompareOption = Annotated[
     str | None,
-    typer.Option("--compare", metavar="vanilla|eager", help="Also run plain `vllm serve` (vanilla) and/or the profile with --enforce-eager, side by side.", show_default=False),
+    typer.Option(
+        "--compare",
+        metavar="vanilla|eager",
+        help="Also run plain `vllm serve` (vanilla) and/or the profile with --enforce-eager, side by side.",
+        show_default=False,
+    ),
 ]
 CaptureOption = Annotated[
     str | None,
-    typer.Option("--capture", metavar="N,N,...", help="The profile server's --concurrency (CUDA-graph sizes). Default: --concurrency.", show_default=False),
+    typer.Option(
+        "--capture",
+        metavar="N,N,...",
+        help="The profile server's --concurrency (CUDA-graph sizes). Default: --concurrency.",
+        show_default=False,
+    ),
 ]
-PortOption = Annotated[int, typer.Option("--port", help="The profile server's port; compared servers take the next ones.")]
+PortOption = Annotated[
+    int, typer.Option("--port", help="The profile server's port; compared servers take the next ones.")
+]
 InputLenOption = Annotated[int, typer.Option("--input-len", help="Prompt tokens per request (random dataset).")]
 OutputLenOption = Annotated[int, typer.Option("--output-len", help="Generated tokens per request (ignore_eos).")]
 WavesOption = Annotated[int, typer.Option("--waves", help="Prompts per run = waves x concurrency.")]
-StartTimeoutOption = Annotated[float, typer.Option("--start-timeout", metavar="SECONDS", help="How long the servers may take to become ready.")]
-LogDirOption = Annotated[Path | None, typer.Option("--log-dir", metavar="DIR", help="Server logs (default: a new directory under the XDG state dir).", show_default=False)]
+StartTimeoutOption = Annotated[
+    float, typer.Option("--start-timeout", metavar="SECONDS", help="How long the servers may take to become ready.")
+]
+LogDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--log-dir",
+        metavar="DIR",
+        help="Server logs (default: a new directory under the XDG state dir).",
+        show_default=False,
+    ),
+]
 
 RUN_TIMEOUT = 900.0  # seconds one `vllm bench serve` run may go without a result
 
@@ -64,13 +100,8 @@ def bench(
 ) -> None:
     """Measure the launcher's profile with vLLM's own `vllm bench serve`, against plain `vllm serve` with --compare vanilla.
 
-    Starts the servers itself (all at once, each with a share of GPU memory unless you pass
-    --gpu-memory-utilization after --), drives them in turn with identical requests (random dataset,
-    fixed lengths, ignore_eos, /v1/completions), alternating which goes first, and prints per concurrency
-    the medians over --repeat rounds with their range: prefill tok/s (concurrent streams x prompt length /
-    mean time to first token), generation tok/s, peak tok/s (best one-second sample), median TPOT, and
-    the profile/compared generation ratio. Every server is stopped on every exit path.
-    """
+    Starts the servers itself (side by side: the second once the first has sized its KV cache; each with a share of GPU memory unless you pass --gpu-memory-utilization after --), drives them in turn with identical requests (random dataset, fixed lengths, ignore_eos, /v1/completions), alternating which goes first, and prints per concurrency the medians over --repeat rounds with their range: prefill tok/s (concurrent streams x prompt length / mean time to first token), generation tok/s, peak tok/s (best one-second sample), median TPOT, and the profile/compared generation ratio. Every server is stopped on every exit path.
+    """  # noqa: E501 - rich keeps a docstring's line breaks, so each paragraph is one line
     from gptoss_patch import bench as engine, render
     from gptoss_patch.launcher import preflight, profiles, runner
 
@@ -89,8 +120,12 @@ def bench(
     from gptoss_patch.commands.serve import _preflight
 
     _preflight(plan)
-    specs = [_profile_spec(plan, port)] + [_compared_spec(plan, name, port + i) for i, name in enumerate(comparisons, 1)]
-    workload = engine.Workload(model=model, concurrency=sizes, repeat=repeat, input_len=input_len, output_len=output_len, waves=waves)
+    specs = [_profile_spec(plan, port)] + [
+        _compared_spec(plan, name, port + i) for i, name in enumerate(comparisons, 1)
+    ]
+    workload = engine.Workload(
+        model=model, concurrency=sizes, repeat=repeat, input_len=input_len, output_len=output_len, waves=waves
+    )
     log_dir = log_dir or runner.default_log_file().parent / time.strftime(f"bench-%Y%m%d-%H%M%S-{os.getpid()}")
     try:
         for spec in specs:
@@ -107,7 +142,9 @@ def bench(
         for line in exc.last_lines:
             render.info(f"  | {line}")
         if json_output:
-            render.json_out({"error": {"code": int(exc.exit_code), "message": str(exc), "last_lines": list(exc.last_lines)}})
+            render.json_out(
+                {"error": {"code": int(exc.exit_code), "message": str(exc), "last_lines": list(exc.last_lines)}}
+            )
         raise typer.Exit(int(exc.exit_code)) from None
     if json_output:
         render.json_out({**report.to_json(), "vllm": str(plan.installation.version), "profile": plan.profile})
@@ -144,7 +181,11 @@ def _compared_spec(plan: LaunchPlan, name: str, port: int) -> ServerSpec:
         vocabulary = {s.name: s.values[0] for s in plan.settings if s.kind == "env" and s.name.startswith("TIKTOKEN")}
         argv = [*head, *where, *plan.extra_args]
         return ServerSpec(name, tuple(argv), {**plan.base_env, **vocabulary}, port, planning.served_model(plan))
-    kept = [s for s in plan.settings if s.kind == "flag" and s.name not in ("--host", "--port") and not profiles.is_capture_setting(s)]
+    kept = [
+        s
+        for s in plan.settings
+        if s.kind == "flag" and s.name not in ("--host", "--port") and not profiles.is_capture_setting(s)
+    ]
     argv = [*head, *where, *[a for s in kept for a in s.argv], *plan.extra_args, "--enforce-eager"]
     return ServerSpec(name, tuple(argv), plan.env, port, planning.served_model(plan))
 
@@ -154,16 +195,28 @@ def _show(report: BenchReport) -> None:
 
     baseline = next((s["name"] for s in report.servers if s["name"] != "profile"), None)
 
-    def stat(value, digits: int = 1) -> str:
+    def stat(value: Stat, digits: int = 1) -> str:
         if value.low == value.high:
             return f"{value.median:.{digits}f}"
         return f"{value.median:.{digits}f} ({value.low:.{digits}f}-{value.high:.{digits}f})"
 
-    columns = ["C", "server", "prefill tok/s", "generation tok/s", "peak tok/s", "TPOT ms"] + ([f"profile/{baseline}"] if baseline else [])
+    columns = ["C", "server", "prefill tok/s", "generation tok/s", "peak tok/s", "TPOT ms"] + (
+        [f"profile/{baseline}"] if baseline else []
+    )
     rows = []
     for row in report.rows:
         ratio = "" if row.ratio is None else f"{row.ratio:.3f}" + (" (within spread)" if row.within_spread else "")
-        rows.append([str(row.concurrency), row.server, stat(row.prefill, 0), stat(row.generation), stat(row.peak, 0), stat(row.tpot_ms, 2)] + ([ratio] if baseline else []))
+        rows.append(
+            [
+                str(row.concurrency),
+                row.server,
+                stat(row.prefill, 0),
+                stat(row.generation),
+                stat(row.peak, 0),
+                stat(row.tpot_ms, 2),
+            ]
+            + ([ratio] if baseline else [])
+        )
     workload = report.workload
     title = (
         f"medians over {workload['repeat']} rounds (min-max); {workload['input_len']} in / {workload['output_len']} out tokens, "
@@ -172,4 +225,8 @@ def _show(report: BenchReport) -> None:
     render.table(title, columns, rows)
     for server in report.servers:
         ready = server["ready_seconds"]
-        render.info(f"{server['name']}: ready after {ready:.0f} s; log {server['log']}" if ready is not None else f"{server['name']}: log {server['log']}")
+        render.info(
+            f"{server['name']}: ready after {ready:.0f} s; log {server['log']}"
+            if ready is not None
+            else f"{server['name']}: log {server['log']}"
+        )

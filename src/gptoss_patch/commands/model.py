@@ -11,15 +11,35 @@ from gptoss_patch.options import JsonOption, PythonOption, VenvOption, handles_e
 
 model_app = typer.Typer(no_args_is_help=True, add_completion=False)
 
-ShapeOption = Annotated[str, typer.Option("--shape", metavar="tiny|20b|120b", help="Model shape: tiny (about 210 MB), or gpt-oss-20b's / -120b's published shape.")]
+ShapeOption = Annotated[
+    str,
+    typer.Option(
+        "--shape",
+        metavar="tiny|20b|120b",
+        help="Model shape: tiny (about 210 MB), or gpt-oss-20b's / -120b's published shape.",
+    ),
+]
 DtypeOption = Annotated[
     str | None,
-    typer.Option("--dtype", metavar="bf16|mxfp4", help="Expert weights: bf16, or MXFP4 blocks and scales as released. Default: bf16 for tiny, mxfp4 otherwise.", show_default=False),
+    typer.Option(
+        "--dtype",
+        metavar="bf16|mxfp4",
+        help="Expert weights: bf16, or MXFP4 blocks and scales as released. Default: bf16 for tiny, mxfp4 otherwise.",
+        show_default=False,
+    ),
 ]
-ForceOption = Annotated[bool, typer.Option("--force", help="Replace OUT if it exists and is not empty (only once the new model is complete).")]
+ForceOption = Annotated[
+    bool,
+    typer.Option("--force", help="Replace OUT if it exists and is not empty (only once the new model is complete)."),
+]
 VocabOption = Annotated[
     Path | None,
-    typer.Option("--vocab", metavar="FILE", help="o200k_base.tiktoken. Default: the one `gptoss-patch vocab install` wrote.", show_default=False),
+    typer.Option(
+        "--vocab",
+        metavar="FILE",
+        help="o200k_base.tiktoken. Default: the one `gptoss-patch vocab install` wrote.",
+        show_default=False,
+    ),
 ]
 
 
@@ -37,12 +57,8 @@ def random(
 ) -> None:
     """Write a gpt-oss checkpoint with random weights, offline: the released layout and tokenizer, noise for weights.
 
-    Config keys, tensor names and shapes, MXFP4 experts (uint8 *_blocks and e8m0 *_scales) and the
-    o200k_harmony tokenizer are those of the published checkpoints, so a stack (kernels, backends, the
-    launcher, patches, throughput) can be checked before downloading 13-65 GB. The weights are made by
-    the target interpreter (torch, transformers and safetensors; on its GPU when it sees one) in a
-    directory beside OUT, renamed into place when complete.
-    """
+    Config keys, tensor names and shapes, MXFP4 experts (uint8 *_blocks and e8m0 *_scales) and the o200k_harmony tokenizer are those of the published checkpoints, so a stack (kernels, backends, the launcher, patches, throughput) can be checked before downloading 13-65 GB. The weights are made by the target interpreter (torch, transformers and safetensors; on its GPU when it sees one) in a directory beside OUT, renamed into place when complete.
+    """  # noqa: E501 - rich keeps a docstring's line breaks, so each paragraph is one line
     from gptoss_patch import model, render, target, vocab
 
     recipe = model.recipe_for(shape, dtype)
@@ -51,7 +67,10 @@ def random(
     if vocab_file is None and not vocabulary.is_file():
         from gptoss_patch.errors import UsageError
 
-        raise UsageError(f"no o200k_base vocabulary at {vocabulary}", hint="run `gptoss-patch vocab install` first, or pass --vocab FILE")
+        raise UsageError(
+            f"no o200k_base vocabulary at {vocabulary}",
+            hint="run `gptoss-patch vocab install` first, or pass --vocab FILE",
+        )
     model.check_destination(out, force=force)
     if not json_output:
         size = model.checkpoint_bytes(recipe) / 2**30
@@ -62,7 +81,10 @@ def random(
         render.json_out({"out": str(built), "shape": shape, "experts": recipe.experts, **stamp})
         return
     seconds = stamp.get("build_seconds")
-    render.info(f"Wrote {built}: {stamp.get('parameters')} parameters, {int(stamp.get('bytes') or 0) / 2**30:.2f} GiB on {stamp.get('device')}" + (f" in {seconds} s" if seconds is not None else ""))
+    render.info(
+        f"Wrote {built}: {stamp.get('parameters')} parameters, {int(stamp.get('bytes') or 0) / 2**30:.2f} GiB on {stamp.get('device')}"
+        + (f" in {seconds} s" if seconds is not None else "")
+    )
 
 
 def register(app: typer.Typer) -> None:
