@@ -302,6 +302,7 @@ def test_a_wrong_vocabulary_is_refused_before_building(tmp_path: Path) -> None:
 def test_an_existing_model_is_not_overwritten(tmp_path: Path, vocabulary: Path) -> None:
     out = tmp_path / "tiny"
     out.mkdir()
+    (out / "config.json").write_text("{}", encoding="utf-8")
     with pytest.raises(UsageError, match="already exists"):
         model.build(tmp_path / "no-python", out, RECIPE, vocabulary)
 

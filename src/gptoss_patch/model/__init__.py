@@ -30,7 +30,8 @@ from gptoss_patch.fsutil import sha256
 
 BUILDER = Path(__file__).with_name("build_random.py")
 STAMP = "gptoss-patch-model.json"  # written last inside the model directory: what built it, and how
-BUILD_TIMEOUT = 600  # seconds; a build takes about 13 s on 2 cores, so this only catches a hung builder
+BUILD_TIMEOUT = 600  # seconds; the tiny build takes about 13 s on 2 cores, so this only catches a hung builder
+BUILD_BYTES_PER_SECOND = 10 * 2**20  # plus this much time per checkpoint byte for the large shapes (CPU, slow disk)
 # The release gpt-oss shipped with. transformers 4.57 warns about a "wrong tokenizer regex" for any
 # model saved by a version after 4.57.2 or of unknown date; the real checkpoints say this.
 TRANSFORMERS_VERSION = "4.55.0.dev0"
@@ -67,6 +68,9 @@ class Recipe:
     pad_token_id: int = 199999  # <|endoftext|>
     seed: int = 0
     dtype: str = "bfloat16"
+    # "bf16": experts as bf16 gate_up_proj/down_proj; "mxfp4": as the released checkpoints store them,
+    # *_blocks (two e2m1 values a byte) and *_scales (e8m0 exponent bytes), with a quantization_config.
+    experts: str = "bf16"
 
     def to_json(self) -> dict[str, Any]:
         return {field: list(value) if isinstance(value, tuple) else value for field, value in dataclasses.asdict(self).items()}
@@ -115,6 +119,7 @@ class Recipe:
             "pad_token_id": self.pad_token_id,
             "torch_dtype": self.dtype,
             "transformers_version": TRANSFORMERS_VERSION,
+            **({"quantization_config": MXFP4_QUANTIZATION} if self.experts == "mxfp4" else {}),
         }
 
     def digest(self) -> str:
@@ -127,31 +132,188 @@ class Recipe:
 
 
 TINY = Recipe()
+# The published shapes (config.json of openai/gpt-oss-20b and -120b); only the weights are random.
+GPT_OSS_20B = Recipe(
+    name="gpt-oss-20b-random",
+    num_hidden_layers=24,
+    layer_types=tuple("sliding_attention" if i % 2 == 0 else "full_attention" for i in range(24)),
+    hidden_size=2880,
+    intermediate_size=2880,
+    num_attention_heads=64,
+    num_key_value_heads=8,
+    num_local_experts=32,
+    experts_per_token=4,
+    experts="mxfp4",
+)
+GPT_OSS_120B = dataclasses.replace(
+    GPT_OSS_20B,
+    name="gpt-oss-120b-random",
+    num_hidden_layers=36,
+    layer_types=tuple("sliding_attention" if i % 2 == 0 else "full_attention" for i in range(36)),
+    num_local_experts=128,
+)
+SHAPES = {"tiny": TINY, "20b": GPT_OSS_20B, "120b": GPT_OSS_120B}
+EXPERT_DTYPES = ("bf16", "mxfp4")
+MXFP4_QUANTIZATION = {
+    "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"],
+    "quant_method": "mxfp4",
+}
+MXFP4_BLOCK = 32  # values per e8m0 scale (OCP MX); 16 bytes of two e2m1 nibbles each
+# e8m0 scale bytes are 2^(byte-127): 118..122 keeps |weight| <= 6 * 2^-5, about a bf16 init's range.
+MXFP4_SCALE_BYTES = (118, 122)
+SHARD_BYTES = 2 * 2**30  # a new safetensors file once this much is in the current one
 
 
-def build(python: str | Path, out: Path, recipe: Recipe, vocab_file: Path, *, timeout: float = BUILD_TIMEOUT) -> Path:
+@dataclass(frozen=True)
+class TensorSpec:
+    """One tensor of the checkpoint: its name in the released layout, shape, dtype and how it is filled."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str  # "bf16" | "uint8"
+    init: str  # "normal" (std 0.02) | "ones" | "nibbles" (any byte) | "scales" (MXFP4_SCALE_BYTES)
+
+    @property
+    def nbytes(self) -> int:
+        count = 1
+        for size in self.shape:
+            count *= size
+        return count * (2 if self.dtype == "bf16" else 1)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype, "init": self.init}
+
+
+def recipe_for(shape: str, experts: str | None = None) -> Recipe:
+    """The recipe for `--shape` and `--dtype` (default: bf16 for tiny, mxfp4 as released for 20b/120b)."""
+    if shape not in SHAPES:
+        raise UsageError(f"--shape {shape}: expected one of {', '.join(SHAPES)}")
+    if experts is not None and experts not in EXPERT_DTYPES:
+        raise UsageError(f"--dtype {experts}: expected one of {', '.join(EXPERT_DTYPES)}")
+    recipe = SHAPES[shape]
+    return recipe if experts is None or experts == recipe.experts else dataclasses.replace(recipe, experts=experts)
+
+
+def tensor_plan(recipe: Recipe) -> list[TensorSpec]:
+    """Every tensor of the checkpoint, in file order, without allocating any (tests check it against vLLM)."""
+    hidden, inter, experts = recipe.hidden_size, recipe.intermediate_size, recipe.num_local_experts
+    q_size, kv_size = recipe.num_attention_heads * recipe.head_dim, recipe.num_key_value_heads * recipe.head_dim
+    if recipe.experts == "mxfp4" and (hidden % MXFP4_BLOCK or inter % MXFP4_BLOCK):
+        raise UsageError(f"{recipe.name}: MXFP4 needs hidden and intermediate sizes divisible by {MXFP4_BLOCK}")
+    specs = [TensorSpec("model.embed_tokens.weight", (recipe.vocab_size, hidden), "bf16", "normal")]
+    for layer in range(recipe.num_hidden_layers):
+        p = f"model.layers.{layer}."
+        specs += [
+            TensorSpec(p + "input_layernorm.weight", (hidden,), "bf16", "ones"),
+            TensorSpec(p + "self_attn.q_proj.weight", (q_size, hidden), "bf16", "normal"),
+            TensorSpec(p + "self_attn.q_proj.bias", (q_size,), "bf16", "normal"),
+            TensorSpec(p + "self_attn.k_proj.weight", (kv_size, hidden), "bf16", "normal"),
+            TensorSpec(p + "self_attn.k_proj.bias", (kv_size,), "bf16", "normal"),
+            TensorSpec(p + "self_attn.v_proj.weight", (kv_size, hidden), "bf16", "normal"),
+            TensorSpec(p + "self_attn.v_proj.bias", (kv_size,), "bf16", "normal"),
+            TensorSpec(p + "self_attn.o_proj.weight", (hidden, q_size), "bf16", "normal"),
+            TensorSpec(p + "self_attn.o_proj.bias", (hidden,), "bf16", "normal"),
+            TensorSpec(p + "self_attn.sinks", (recipe.num_attention_heads,), "bf16", "normal"),
+            TensorSpec(p + "post_attention_layernorm.weight", (hidden,), "bf16", "ones"),
+            TensorSpec(p + "mlp.router.weight", (experts, hidden), "bf16", "normal"),
+            TensorSpec(p + "mlp.router.bias", (experts,), "bf16", "normal"),
+        ]
+        e = p + "mlp.experts."
+        if recipe.experts == "mxfp4":
+            specs += [
+                TensorSpec(e + "gate_up_proj_blocks", (experts, 2 * inter, hidden // MXFP4_BLOCK, MXFP4_BLOCK // 2), "uint8", "nibbles"),
+                TensorSpec(e + "gate_up_proj_scales", (experts, 2 * inter, hidden // MXFP4_BLOCK), "uint8", "scales"),
+                TensorSpec(e + "down_proj_blocks", (experts, hidden, inter // MXFP4_BLOCK, MXFP4_BLOCK // 2), "uint8", "nibbles"),
+                TensorSpec(e + "down_proj_scales", (experts, hidden, inter // MXFP4_BLOCK), "uint8", "scales"),
+            ]
+        else:
+            specs += [
+                TensorSpec(e + "gate_up_proj", (experts, hidden, 2 * inter), "bf16", "normal"),
+                TensorSpec(e + "down_proj", (experts, inter, hidden), "bf16", "normal"),
+            ]
+        specs += [
+            TensorSpec(e + "gate_up_proj_bias", (experts, 2 * inter), "bf16", "normal"),
+            TensorSpec(e + "down_proj_bias", (experts, hidden), "bf16", "normal"),
+        ]
+    specs += [
+        TensorSpec("model.norm.weight", (hidden,), "bf16", "ones"),
+        TensorSpec("lm_head.weight", (recipe.vocab_size, hidden), "bf16", "normal"),
+    ]
+    return specs
+
+
+def shard_plan(specs: list[TensorSpec], limit: int = SHARD_BYTES) -> list[list[TensorSpec]]:
+    """Consecutive groups of at most `limit` bytes (a larger tensor gets a file of its own)."""
+    shards: list[list[TensorSpec]] = [[]]
+    size = 0
+    for spec in specs:
+        if shards[-1] and size + spec.nbytes > limit:
+            shards.append([])
+            size = 0
+        shards[-1].append(spec)
+        size += spec.nbytes
+    return shards
+
+
+def checkpoint_bytes(recipe: Recipe) -> int:
+    return sum(spec.nbytes for spec in tensor_plan(recipe))
+
+
+def build(
+    python: str | Path, out: Path, recipe: Recipe, vocab_file: Path, *, timeout: float | None = None, force: bool = False
+) -> Path:
     """Write the model for `recipe` to `out` with the interpreter `python`; returns `out`.
 
     `vocab_file` is o200k_base.tiktoken (gptoss_patch.vocab.install writes one); its sha256 is
     checked first, so a wrong file costs no build. The builder writes into a temporary sibling of
     `out`, renamed into place only when complete, so `out` is either absent or a whole model. An
-    existing `out` is refused, not replaced.
+    existing `out` is refused (an empty directory is taken), unless `force`: then it is replaced,
+    and only once the new model is complete.
     """
     out = Path(out)
     _check_vocab(Path(vocab_file))
-    if out.exists():
-        raise UsageError(f"{out} already exists; remove it to rebuild the model")
+    check_destination(out, force=force)
+    if timeout is None:
+        timeout = BUILD_TIMEOUT + checkpoint_bytes(recipe) / BUILD_BYTES_PER_SECOND
     staging = _staging_dir(out)
     try:
         summary = _run_builder(python, _payload(recipe, Path(vocab_file), staging), timeout)
         _write_stamp(staging, recipe, python, summary)
         _make_readable(staging)
-        os.rename(staging, out)
+        _replace(staging, out)
     except OSError as exc:
         raise WriteFailed(f"cannot write the model to {out}: {exc.strerror or exc}") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)  # a no-op after the rename
     return out
+
+
+def check_destination(out: Path, *, force: bool) -> None:
+    """Refuse a file, or a non-empty directory unless `force` (then it is replaced once the new model is whole)."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out} exists and is not a directory")
+    if out.exists() and not force and not _is_empty_dir(out):
+        raise UsageError(f"{out} already exists and is not empty; pass --force to replace it")
+
+
+def _is_empty_dir(path: Path) -> bool:
+    return path.is_dir() and not any(path.iterdir())
+
+
+def _replace(staging: Path, out: Path) -> None:
+    """Rename the finished model into place; an existing `out` is moved aside first and removed after."""
+    if not out.exists():
+        os.rename(staging, out)
+        return
+    aside = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".old"))
+    os.rename(out, aside / "model")
+    try:
+        os.rename(staging, out)
+    except OSError:
+        os.rename(aside / "model", out)  # put the old one back: nothing half-replaced
+        raise
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 def read_stamp(model_dir: Path) -> dict[str, Any] | None:
@@ -187,6 +349,8 @@ def _payload(recipe: Recipe, vocab_file: Path, staging: Path) -> dict[str, Any]:
         "config": recipe.hf_config(),
         "vocab_file": str(vocab_file.resolve()),
         "out": str(staging),
+        "shards": [[spec.to_json() for spec in shard] for shard in shard_plan(tensor_plan(recipe))],
+        "mxfp4_scale_bytes": list(MXFP4_SCALE_BYTES),
     }
 
 
@@ -241,6 +405,8 @@ def _write_stamp(staging: Path, recipe: Recipe, python: str | Path, summary: dic
         "digest": recipe.digest(),
         "python": str(python),
         "parameters": summary.get("parameters"),
+        "bytes": summary.get("bytes"),
+        "device": summary.get("device"),
         "build_seconds": summary.get("wall_seconds"),
     }
     (staging / STAMP).write_text(json.dumps(stamp, indent=2) + "\n", encoding="utf-8")

@@ -5,16 +5,19 @@ tiktoken, which its TikTokenConverter reads the vocabulary with) and safetensors
 object, on stdin or as the file named by argv[1]:
 
     {"recipe": {...Recipe fields...}, "config": {...config.json...},
-     "vocab_file": "/path/o200k_base.tiktoken", "out": "/empty/directory"}
+     "vocab_file": "/path/o200k_base.tiktoken", "out": "/empty/directory",
+     "shards": [[{"name", "shape", "dtype", "init"}, ...], ...], "mxfp4_scale_bytes": [low, high]}
 
-and writes config.json, model.safetensors, generation_config.json and the tokenizer files into
-"out"; on success it prints one JSON line (what it wrote, parameter count, seconds). Everything is
-local: nothing here may reach a model hub. Standard library plus torch/transformers/safetensors only,
+and writes config.json, model.safetensors
+(or model-0000N-of-0000M.safetensors and their index), generation_config.json and the tokenizer
+files into "out"; on success it prints one JSON line (what it wrote, parameter count, bytes,
+device, seconds). Everything is local: nothing here may reach a model hub. Standard library plus torch/transformers/safetensors only,
 because it runs in an interpreter gptoss-patch knows nothing else about.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import sys
@@ -74,13 +77,15 @@ def main(argv: list[str]) -> int:
     started = time.monotonic()
     write_tokenizer(Path(payload["vocab_file"]), out, config)
     tokenizer_seconds = time.monotonic() - started
-    parameters = write_model(config, recipe, out)
+    parameters, size, device = write_model(recipe, out, payload["shards"], payload["mxfp4_scale_bytes"])
     write_json(out / "config.json", config)
     write_json(out / "generation_config.json", generation_config(config))
     summary = {
         "out": str(out),
         "files": sorted(path.name for path in out.iterdir()),
         "parameters": parameters,
+        "bytes": size,
+        "device": device,
         "tokenizer_seconds": round(tokenizer_seconds, 1),
         "seconds": round(time.monotonic() - started, 1),
     }
@@ -105,7 +110,10 @@ def write_tokenizer(vocab_file: Path, out: Path, config: dict) -> None:
     from transformers import PreTrainedTokenizerFast
     from transformers.convert_slow_tokenizer import TikTokenConverter
 
-    converter = TikTokenConverter(vocab_file=str(vocab_file), pattern=O200K_PATTERN, additional_special_tokens=special_tokens())
+    # transformers 4.x calls the argument additional_special_tokens, 5.x extra_special_tokens.
+    parameters = inspect.signature(TikTokenConverter.__init__).parameters
+    keyword = "extra_special_tokens" if "extra_special_tokens" in parameters else "additional_special_tokens"
+    converter = TikTokenConverter(vocab_file=str(vocab_file), pattern=O200K_PATTERN, **{keyword: special_tokens()})
     backend = converter.converted()
     check_special_ids(backend)
     tokenizer = PreTrainedTokenizerFast(
@@ -119,6 +127,16 @@ def write_tokenizer(vocab_file: Path, out: Path, config: dict) -> None:
     # The template goes into tokenizer_config.json, which every reader of chat templates knows;
     # chat_template.jinja is newer than some of them.
     tokenizer.save_pretrained(str(out), save_jinja_files=False)
+    portable_tokenizer_config(out / "tokenizer_config.json")
+
+
+def portable_tokenizer_config(path: Path) -> None:
+    """Name the class as the released checkpoints do: transformers 5 writes its own TokenizersBackend,
+    which 4.x cannot load; both load PreTrainedTokenizerFast."""
+    config = json.loads(path.read_text(encoding="utf-8"))
+    config.pop("backend", None)
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def check_special_ids(backend) -> None:
@@ -134,21 +152,49 @@ def check_special_ids(backend) -> None:
 # --- model ----------------------------------------------------------------------------------------
 
 
-def write_model(config: dict, recipe: dict, out: Path) -> int:
-    """Random weights from a seeded generator, saved as safetensors; returns the parameter count."""
+def write_model(recipe: dict, out: Path, shards: list, scale_bytes: list) -> tuple[int, int, str]:
+    """Random weights from a seeded generator, one safetensors file per shard of the plan.
+
+    Returns (parameters, bytes, device). Tensors are made on the GPU when torch sees one (a 20b
+    checkpoint takes seconds there, minutes on a CPU), one shard at a time, so memory stays at about
+    one shard whatever the shape.
+    """
     import torch
     from safetensors.torch import save_file
-    from transformers import GptOssConfig, GptOssForCausalLM
 
-    # config.json keys that are not constructor arguments of the config class.
-    settings = {key: value for key, value in config.items() if key not in ("model_type", "transformers_version", "torch_dtype")}
-    torch.manual_seed(recipe["seed"])
-    model = GptOssForCausalLM(GptOssConfig(**settings))
-    model = model.to(getattr(torch, recipe["dtype"]))
-    state = {name: tensor.contiguous() for name, tensor in model.state_dict().items()}
-    # transformers refuses a safetensors file without format "pt" in its metadata.
-    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
-    return sum(tensor.numel() for tensor in state.values())
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    files = ["model.safetensors"] if len(shards) == 1 else [f"model-{i:05d}-of-{len(shards):05d}.safetensors" for i in range(1, len(shards) + 1)]
+    low, high = scale_bytes
+    parameters = total = 0
+    weight_map: dict[str, str] = {}
+    for index, (file_name, shard) in enumerate(zip(files, shards)):
+        generator = torch.Generator(device=device).manual_seed(recipe["seed"] * 1_000_003 + index)
+        tensors = {}
+        for spec in shard:
+            tensors[spec["name"]] = make_tensor(torch, spec, generator, device, low, high).cpu()
+            weight_map[spec["name"]] = file_name
+        # transformers refuses a safetensors file without format "pt" in its metadata.
+        save_file(tensors, str(out / file_name), metadata={"format": "pt"})
+        parameters += sum(t.numel() for t in tensors.values())
+        total += sum(t.numel() * t.element_size() for t in tensors.values())
+        del tensors
+    if len(files) > 1:
+        write_json(out / "model.safetensors.index.json", {"metadata": {"total_size": total}, "weight_map": weight_map})
+    return parameters, total, device
+
+
+def make_tensor(torch, spec: dict, generator, device: str, low: int, high: int):
+    shape = tuple(spec["shape"])
+    if spec["init"] == "ones":
+        return torch.ones(shape, dtype=torch.bfloat16, device=device)
+    if spec["init"] == "normal":
+        values = torch.randn(shape, generator=generator, dtype=torch.float32, device=device) * 0.02
+        return values.to(torch.bfloat16)
+    if spec["init"] == "nibbles":  # two e2m1 values a byte: every byte is a valid pair
+        return torch.randint(0, 256, shape, generator=generator, dtype=torch.uint8, device=device)
+    if spec["init"] == "scales":  # e8m0 exponents: 2^(byte - 127)
+        return torch.randint(low, high + 1, shape, generator=generator, dtype=torch.uint8, device=device)
+    raise SystemExit(f"unknown init {spec['init']!r} for {spec['name']}")
 
 
 def generation_config(config: dict) -> dict:

@@ -1,0 +1,90 @@
+"""`gptoss-patch model random OUT --shape tiny|20b|120b [--dtype bf16|mxfp4]`: a random-weight gpt-oss checkpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from gptoss_patch import clikit
+from gptoss_patch.options import JsonOption, PythonOption, VenvOption, handles_errors
+
+model_app = clikit.App()
+
+ShapeOption = Annotated[
+    str,
+    clikit.Option(
+        "--shape",
+        metavar="tiny|20b|120b",
+        help="Model shape: tiny (about 210 MB), or gpt-oss-20b's / -120b's published shape.",
+    ),
+]
+DtypeOption = Annotated[
+    str | None,
+    clikit.Option(
+        "--dtype",
+        metavar="bf16|mxfp4",
+        help="Expert weights: bf16, or MXFP4 blocks and scales as released. Default: bf16 for tiny, mxfp4 otherwise.",
+        show_default=False,
+    ),
+]
+ForceOption = Annotated[
+    bool,
+    clikit.Option("--force", help="Replace OUT if it exists and is not empty (only once the new model is complete)."),
+]
+VocabOption = Annotated[
+    Path | None,
+    clikit.Option(
+        "--vocab",
+        metavar="FILE",
+        help="o200k_base.tiktoken. Default: the one `gptoss-patch vocab install` wrote.",
+        show_default=False,
+    ),
+]
+
+
+@model_app.command("random")
+@handles_errors
+def random(
+    out: Annotated[Path, clikit.Argument(help="Directory to write the checkpoint to.", show_default=False)],
+    shape: ShapeOption = "tiny",
+    dtype: DtypeOption = None,
+    force: ForceOption = False,
+    vocab_file: VocabOption = None,
+    python: PythonOption = None,
+    venv: VenvOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Write a gpt-oss checkpoint with random weights, offline: the released layout and tokenizer, noise for weights.
+
+    Config keys, tensor names and shapes, MXFP4 experts (uint8 *_blocks and e8m0 *_scales) and the o200k_harmony tokenizer are those of the published checkpoints, so a stack (kernels, backends, the launcher, patches, throughput) can be checked before downloading 13-65 GB. The weights are made by the target interpreter (torch, transformers and safetensors; on its GPU when it sees one) in a directory beside OUT, renamed into place when complete.
+    """  # noqa: E501 - rich keeps a docstring's line breaks, so each paragraph is one line
+    from gptoss_patch import model, render, target, vocab
+
+    recipe = model.recipe_for(shape, dtype)
+    interpreter = target.interpreter_for(python, venv)
+    vocabulary = vocab_file or vocab.default_dir() / vocab.O200K.file_name
+    if vocab_file is None and not vocabulary.is_file():
+        from gptoss_patch.errors import UsageError
+
+        raise UsageError(
+            f"no o200k_base vocabulary at {vocabulary}",
+            hint="run `gptoss-patch vocab install` first, or pass --vocab FILE",
+        )
+    model.check_destination(out, force=force)
+    if not json_output:
+        size = model.checkpoint_bytes(recipe) / 2**30
+        render.info(f"Building {recipe.name} ({recipe.experts} experts, {size:.2f} GiB) with {interpreter} ...")
+    built = model.build(interpreter, out, recipe, vocabulary, force=force)
+    stamp = model.read_stamp(built) or {}
+    if json_output:
+        render.json_out({"out": str(built), "shape": shape, "experts": recipe.experts, **stamp})
+        return
+    seconds = stamp.get("build_seconds")
+    render.info(
+        f"Wrote {built}: {stamp.get('parameters')} parameters, {int(stamp.get('bytes') or 0) / 2**30:.2f} GiB on {stamp.get('device')}"
+        + (f" in {seconds} s" if seconds is not None else "")
+    )
+
+
+def register(app: clikit.App) -> None:
+    app.add_app(model_app, name="model", help="Random-weight gpt-oss checkpoints in the released layout (offline).")

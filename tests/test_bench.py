@@ -1,0 +1,95 @@
+"""gptoss_patch.bench without servers: the schedule, the arguments given to `vllm bench serve`, the figures."""
+
+from __future__ import annotations
+
+import pytest
+
+from gptoss_patch import bench
+from gptoss_patch.errors import UsageError
+
+WORKLOAD = bench.Workload(model="/m", concurrency=(1, 10), repeat=2, input_len=128, output_len=256, waves=2)
+SPEC = bench.ServerSpec("profile", ("vllm", "serve", "/m"), {}, 8000, "/m")
+
+
+def test_rounds_alternate_which_server_goes_first() -> None:
+    runs = bench.schedule(["profile", "vanilla"], WORKLOAD)
+    assert [(r.round, r.concurrency, r.server) for r in runs] == [
+        (0, 1, "profile"), (0, 1, "vanilla"), (0, 10, "vanilla"), (0, 10, "profile"),
+        (1, 1, "profile"), (1, 1, "vanilla"), (1, 10, "vanilla"), (1, 10, "profile"),
+    ]  # fmt: skip
+    assert len({r.id for r in runs}) == len(runs)
+
+
+def test_three_servers_rotate() -> None:
+    runs = bench.schedule(["profile", "vanilla", "eager"], bench.Workload(model="/m", concurrency=(1, 2, 4), repeat=1))
+    firsts = [runs[i].server for i in range(0, len(runs), 3)]
+    assert firsts == ["profile", "vanilla", "eager"]
+
+
+def test_bench_arguments_fix_the_lengths_and_ignore_eos() -> None:
+    argv = bench.bench_argv(SPEC, WORKLOAD, 10, 1)
+    pairs = dict(zip(argv[::1], argv[1:]))
+    assert pairs["--endpoint"] == "/v1/completions" and pairs["--dataset-name"] == "random"
+    assert (pairs["--random-input-len"], pairs["--random-output-len"], pairs["--random-range-ratio"]) == (
+        "128",
+        "256",
+        "0",
+    )
+    assert (pairs["--max-concurrency"], pairs["--num-prompts"], pairs["--seed"]) == ("10", "20", "1")
+    assert "--ignore-eos" in argv and pairs["--base-url"] == "http://127.0.0.1:8000"
+    assert bench.Workload(model="/m", waves=1, min_prompts=2).prompts(1) == 2
+
+
+RESULT = {
+    "completed": 20, "failed": 0, "total_input_tokens": 2560, "mean_ttft_ms": 50.0,
+    "output_throughput": 1344.2, "max_output_tokens_per_s": 1500.0, "median_tpot_ms": 7.29,
+}  # fmt: skip
+
+
+def test_a_result_becomes_the_tables_figures() -> None:
+    sample = bench.sample_from(RESULT, bench.Run("r0-c10-profile", "profile", 10, 0))
+    assert sample.prefill == pytest.approx(10 * 128 / 0.05)  # streams x prompt tokens / mean TTFT
+    assert (sample.generation, sample.peak, sample.tpot_ms) == (1344.2, 1500.0, 7.29)
+
+
+def test_a_run_where_nothing_completed_is_an_error() -> None:
+    with pytest.raises(bench.BenchFailed, match="no request completed"):
+        bench.sample_from({**RESULT, "completed": 0, "failed": 20}, bench.Run("x", "vanilla", 10, 0))
+
+
+def _sample(server: str, concurrency: int, round_: int, generation: float) -> bench.Sample:
+    return bench.Sample(server, concurrency, round_, 100.0, generation, generation * 1.1, 1000 / generation, 4, 0)
+
+
+def test_medians_spread_and_ratio() -> None:
+    samples = [
+        _sample("profile", 10, 0, 1440.0), _sample("profile", 10, 1, 1435.0), _sample("profile", 10, 2, 1444.0),
+        _sample("vanilla", 10, 0, 1344.0), _sample("vanilla", 10, 1, 1343.0), _sample("vanilla", 10, 2, 1345.0),
+        _sample("profile", 1, 0, 246.0), _sample("profile", 1, 1, 230.0), _sample("profile", 1, 2, 246.2),
+        _sample("vanilla", 1, 0, 241.8), _sample("vanilla", 1, 1, 230.7), _sample("vanilla", 1, 2, 244.1),
+    ]  # fmt: skip
+    rows = bench.summarize(samples, ["profile", "vanilla"])
+    assert [(r.concurrency, r.server) for r in rows] == [
+        (1, "profile"),
+        (1, "vanilla"),
+        (10, "profile"),
+        (10, "vanilla"),
+    ]
+    c10 = rows[2]
+    assert c10.generation == bench.Stat(1440.0, 1435.0, 1444.0)
+    assert c10.ratio == pytest.approx(1440.0 / 1344.0) and c10.within_spread is False
+    assert rows[0].ratio == pytest.approx(246.0 / 241.8) and rows[0].within_spread is True  # noise
+    assert rows[1].ratio is None and rows[3].ratio is None
+
+
+@pytest.mark.parametrize("text", ["fast", "vanilla,turbo", ","])
+def test_unknown_comparison_is_a_usage_error(text: str) -> None:
+    with pytest.raises(UsageError):
+        bench.parse_compare(text)
+
+
+def test_comparisons_parse() -> None:
+    assert bench.parse_compare("vanilla,eager,vanilla") == ("vanilla", "eager")
+    assert bench.parse_compare(None) == ()
+    with pytest.raises(UsageError):
+        bench.check_repeat(0)
