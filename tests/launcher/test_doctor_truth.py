@@ -121,7 +121,10 @@ CASES: list[tuple[str, Setup, str, bool]] = [
 
 
 @pytest.mark.parametrize(("check", "setup", "doctor_says", "command_says"), CASES, ids=[f"{c[0]}-{c[1].__name__}" for c in CASES])
-def test_doctor_and_the_command_agree(tmp_path: Path, check: str, setup: Setup, doctor_says: str, command_says: bool) -> None:
+def test_doctor_and_the_command_agree(
+    tmp_path: Path, vocabulary: Path, check: str, setup: Setup, doctor_says: str, command_says: bool
+) -> None:
+    # `vocabulary`: gptoss-patch's own vocabulary installed, as a user's would be; the vocab setups take it away.
     venv = tmp_path / "venv"
     build_install(venv, "0.17.1", patched=setup is not unpatched)
     env = setup(venv, tmp_path)

