@@ -225,7 +225,7 @@ def _product(shape: tuple[int, ...]) -> int:
 
 
 @pytest.mark.server
-def test_tiny_mxfp4_has_uint8_blocks_and_sane_scale_bytes(tmp_path: Path) -> None:
+def test_tiny_mxfp4_has_uint8_blocks_and_sane_scale_bytes(tmp_path: Path, vocab_file: Path) -> None:
     out = tmp_path / "tiny-mxfp4"
     recipe = model.recipe_for("tiny", "mxfp4")
     model.build(support.serve_python(), out, recipe, vocab_file)
