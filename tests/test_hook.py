@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -67,13 +69,16 @@ class Driver:
 
 
 @pytest.fixture(scope="module")
-def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     try:
         base = harness.cpu_venv(VERSION)
     except harness.HarnessError as exc:
         pytest.fail(str(exc), pytrace=False)
-    python = harness.clone_venv(base, tmp_path_factory.mktemp("hook") / "venv")
-    return python.parent.parent
+    home = tmp_path_factory.mktemp("hook")
+    python = harness.clone_venv(base, home / "venv")
+    yield python.parent.parent
+    # The reinstalls made vLLM's files this clone's own (1.1 GB): gone with the module, not at the run's end.
+    shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

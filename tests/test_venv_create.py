@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -54,10 +56,11 @@ def dists(venv: Path) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def created(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
+def created(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, object]]:
     wheel_path(VERSION)  # in the cache (downloaded once if missing)
-    directory = tmp_path_factory.mktemp("created") / "venv"
-    return directory, create(directory, "--no-deps", "--find-links", str(WHEELS))
+    home = tmp_path_factory.mktemp("created")
+    yield home / "venv", create(home / "venv", "--no-deps", "--find-links", str(WHEELS))
+    shutil.rmtree(home, ignore_errors=True)  # a real install (1.2 GB): gone with the module, not at the run's end
 
 
 def test_fresh_venv_has_vllm_gptoss_patch_patches_and_hook(created):
