@@ -39,3 +39,16 @@ def verdict(label: str, measured: float, baseline: float, target: float) -> bool
     ok = ratio <= target
     print(f"{label}: {measured:.3f}s vs {baseline:.3f}s -> ratio {ratio:.2f} (target <= {target}) {'PASS' if ok else 'FAIL'}")
     return ok
+
+
+def applied_install(version: str, prefix: str) -> tuple[Path, Path]:
+    """(scratch directory, python) of a fresh --no-deps install of `version`, with a pip and every patch applied."""
+    import tempfile
+
+    from tests.support.upstream import fresh_install
+
+    scratch = Path(tempfile.mkdtemp(prefix=prefix))
+    python = fresh_install(version, scratch / "venv")
+    subprocess.run([str(python), "-m", "ensurepip"], check=True, capture_output=True)  # a pip to compare with
+    subprocess.run([*TOOL, "apply", "--venv", str(scratch / "venv")], check=True, capture_output=True)
+    return scratch, python

