@@ -93,3 +93,41 @@ def test_comparisons_parse() -> None:
     assert bench.parse_compare(None) == ()
     with pytest.raises(UsageError):
         bench.check_repeat(0)
+
+
+def test_a_variants_rows_carry_its_ratio_to_the_profile() -> None:
+    samples = [
+        _sample("profile", 1, 0, 240.0), _sample("profile", 1, 1, 238.0),
+        _sample("marlin", 1, 0, 300.0), _sample("marlin", 1, 1, 290.0),
+        _sample("vanilla", 1, 0, 236.0), _sample("vanilla", 1, 1, 239.0),
+    ]  # fmt: skip
+    rows = {r.server: r for r in bench.summarize(samples, ["profile", "vanilla", "marlin"], ["marlin"])}
+    assert rows["marlin"].ratio == pytest.approx(295.0 / 239.0) and rows["marlin"].within_spread is False
+    assert rows["profile"].ratio == pytest.approx(239.0 / 237.5)  # against vanilla, not the variant
+    assert rows["vanilla"].ratio is None
+    # Without a comparison the variant is still measured against the profile, and the profile has no ratio.
+    alone = {r.server: r for r in bench.summarize(samples[:4], ["profile", "marlin"], ["marlin"])}
+    assert alone["profile"].ratio is None and alone["marlin"].ratio == pytest.approx(295.0 / 239.0)
+
+
+def test_variants_parse_into_names_and_shell_words() -> None:
+    parsed = bench.parse_variants(["marlin=--moe-backend marlin", "attn=--attention-backend 'TRITON_ATTN'"], ())
+    assert parsed == (("marlin", ("--moe-backend", "marlin")), ("attn", ("--attention-backend", "TRITON_ATTN")))
+    assert bench.parse_variants([], ("vanilla",)) == ()
+
+
+@pytest.mark.parametrize(
+    "texts",
+    [
+        ["--moe-backend marlin"],
+        ["Marlin=--x"],
+        ["a=--x", "a=--y"],
+        ["vanilla=--x"],
+        ["profile=--x"],
+        ["a="],
+        ["a='--x"],
+    ],
+)
+def test_a_bad_variant_is_a_usage_error(texts: list[str]) -> None:
+    with pytest.raises(UsageError, match="--variant"):
+        bench.parse_variants(texts, ())

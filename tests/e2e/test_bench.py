@@ -38,29 +38,35 @@ def assert_no_server_left(tmp_path: Path) -> None:
     )
 
 
-def test_profile_against_vanilla_gives_medians_and_a_ratio(clone, model: Path, tmp_path: Path) -> None:
+def test_profile_against_vanilla_and_a_variant_gives_medians_and_ratios(clone, model: Path, tmp_path: Path) -> None:
     python = clone(VERSION)
     port = servers.free_port()
     proc = bench(python, str(model), tmp_path, "--concurrency", "1,2", "--repeat", "2", "--waves", "1",
-                 "--compare", "vanilla", "--port", str(port), "--json", "--allow-unpatched")  # fmt: skip
+                 "--compare", "vanilla", "--variant", "seqs2=--max-num-seqs 2", "--port", str(port), "--json",
+                 "--allow-unpatched")  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout)
 
-    assert [s["name"] for s in report["servers"]] == ["profile", "vanilla"]
+    assert [s["name"] for s in report["servers"]] == ["profile", "vanilla", "seqs2"]
     assert all(s["ready_seconds"] and s["ready_seconds"] > 0 for s in report["servers"])
-    profile_cmd, vanilla_cmd = (s["command"] for s in report["servers"])
+    profile_cmd, vanilla_cmd, variant_cmd = (s["command"] for s in report["servers"])
     assert "--cudagraph-capture-sizes" in profile_cmd and "--cudagraph-capture-sizes" not in vanilla_cmd
     assert vanilla_cmd[-len(SERVE_ARGS) :] == list(SERVE_ARGS)  # the same limits as the profile
-    # 2 rounds x 2 concurrencies x 2 servers, in alternating order.
+    # The variant is the profile on the next free port, with its own arguments last (so they win).
+    assert variant_cmd[-2:] == ["--max-num-seqs", "2"] and variant_cmd[:-2] != profile_cmd
+    assert variant_cmd[variant_cmd.index("--port") + 1] == str(port + 2)
+    # 2 rounds x 2 concurrencies x 3 servers, in rotating order.
     samples = report["samples"]
-    assert len(samples) == 8
+    assert len(samples) == 12
     assert all(s["completed"] >= 1 and s["failed"] == 0 and s["generation"] > 0 and s["tpot_ms"] > 0 for s in samples)
     rows = {(r["server"], r["concurrency"]): r for r in report["rows"]}
-    assert set(rows) == {("profile", 1), ("vanilla", 1), ("profile", 2), ("vanilla", 2)}
+    assert set(rows) == {(name, c) for name in ("profile", "vanilla", "seqs2") for c in (1, 2)}
     for concurrency in (1, 2):
         profile, vanilla = rows[("profile", concurrency)], rows[("vanilla", concurrency)]
+        variant = rows[("seqs2", concurrency)]
         assert profile["rounds"] == 2
         assert profile["ratio"] == profile["generation"]["median"] / vanilla["generation"]["median"]
+        assert variant["ratio"] == variant["generation"]["median"] / profile["generation"]["median"]
         assert profile["generation"]["low"] <= profile["generation"]["median"] <= profile["generation"]["high"]
     assert report["bench_command"][:3] == ["vllm", "bench", "serve"] and "--ignore-eos" in report["bench_command"]
     assert servers.healthy(f"http://127.0.0.1:{port}") is False  # stopped

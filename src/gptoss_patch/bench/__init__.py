@@ -17,6 +17,8 @@ import collections
 import json
 import os
 import queue
+import re
+import shlex
 import signal
 import socket
 import statistics
@@ -52,7 +54,7 @@ class BenchFailed(CheckFailed):
 
 @dataclass(frozen=True)
 class ServerSpec:
-    """One server to start: `name` is profile, vanilla or eager."""
+    """One server to start: `name` is profile, vanilla, eager or a --variant's NAME."""
 
     name: str
     argv: tuple[str, ...]
@@ -234,9 +236,10 @@ def sample_from(result: dict[str, Any], run: Run) -> Sample:
     )
 
 
-def summarize(samples: Sequence[Sample], servers: Sequence[str]) -> list[Row]:
+def summarize(samples: Sequence[Sample], servers: Sequence[str], variants: Sequence[str] = ()) -> list[Row]:
     """Medians and ranges per (server, concurrency), in schedule order; the profile's rows carry the ratio
-    of its median generation rate to the first compared server's, and whether their ranges overlap."""
+    of its median generation rate to the first compared server's (vanilla or eager), a variant's rows the
+    ratio of theirs to the profile's, each with whether the two ranges overlap."""
     groups: dict[tuple[str, int], list[Sample]] = collections.defaultdict(list)
     for sample in samples:
         groups[(sample.server, sample.concurrency)].append(sample)
@@ -251,15 +254,16 @@ def summarize(samples: Sequence[Sample], servers: Sequence[str]) -> list[Row]:
             peak=Stat.of([s.peak for s in found]),
             tpot_ms=Stat.of([s.tpot_ms for s in found]),
         )
-    baseline = next((s for s in servers if s != "profile"), None)
+    baseline = next((s for s in servers if s != "profile" and s not in variants), None)
     ordered = []
     for concurrency in sorted({c for _, c in rows}):
         for name in servers:
             row = rows.get((name, concurrency))
             if row is None:
                 continue
-            other = rows.get((baseline, concurrency)) if baseline else None
-            if name == "profile" and other is not None and other.generation.median > 0:
+            against = baseline if name == "profile" else "profile" if name in variants else None
+            other = rows.get((against, concurrency)) if against else None
+            if other is not None and other.generation.median > 0:
                 overlap = row.generation.low <= other.generation.high and other.generation.low <= row.generation.high
                 row = Row(
                     **{
@@ -270,6 +274,31 @@ def summarize(samples: Sequence[Sample], servers: Sequence[str]) -> list[Row]:
                 )
             ordered.append(row)
     return ordered
+
+
+VARIANT_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,31}")
+
+
+def parse_variants(texts: Sequence[str], taken: Sequence[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """`NAME=ARGS` items: the profile server again with ARGS (shell words) added, named NAME."""
+    variants: dict[str, tuple[str, ...]] = {}
+    for text in texts:
+        name, sep, words = text.partition("=")
+        name = name.strip()
+        if not sep or not VARIANT_NAME.fullmatch(name):
+            raise UsageError(
+                f"--variant {text!r}: expected NAME=ARGS, NAME in lower-case letters, digits, '_', '-', '.'"
+            )
+        if name in ("profile", *COMPARISONS, *taken, *variants):
+            raise UsageError(f"--variant {text!r}: the name {name!r} is already a server of this run")
+        try:
+            args = tuple(shlex.split(words))
+        except ValueError as exc:
+            raise UsageError(f"--variant {text!r}: {exc}") from None
+        if not args:
+            raise UsageError(f"--variant {text!r}: no arguments after '='")
+        variants[name] = args
+    return tuple(variants.items())
 
 
 # -- servers ----------------------------------------------------------------------------------------
@@ -392,6 +421,7 @@ def run(
     start_timeout: float,
     run_timeout: float,
     notify: Callable[[str], None],
+    variants: Sequence[str] = (),
 ) -> BenchReport:
     """Start every server, wait until all are ready, run the schedule, stop everything; the report."""
     for spec in specs:
@@ -432,7 +462,7 @@ def run(
             for s in servers
         ],
         workload=asdict(workload),
-        rows=summarize(samples, names),
+        rows=summarize(samples, names, variants),
         samples=samples,
         bench_argv=["vllm", "bench", "serve", *bench_argv(specs[0], workload, workload.concurrency[0], 0)],
         seconds=time.monotonic() - started,

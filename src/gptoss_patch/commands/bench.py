@@ -20,7 +20,9 @@ from gptoss_patch.options import JsonOption, PythonOption, VenvOption, VerboseOp
 
 if TYPE_CHECKING:
     from gptoss_patch.bench import BenchReport, ServerSpec, Stat
+    from gptoss_patch.bench.bound import Bound
     from gptoss_patch.launcher.results import LaunchPlan
+    from gptoss_patch.model import Recipe
 
 ConcurrencyOption = Annotated[
     str,
@@ -47,6 +49,23 @@ CaptureOption = Annotated[
         metavar="N,N,...",
         help="The profile server's --concurrency (CUDA-graph sizes). Default: --concurrency.",
         show_default=False,
+    ),
+]
+VariantOption = Annotated[
+    list[str] | None,
+    clikit.Option(
+        "--variant",
+        metavar="NAME=ARGS",
+        help="Also run the profile with ARGS added (e.g. marlin='--moe-backend marlin'), side by side (repeatable).",
+        show_default=False,
+    ),
+]
+BoundOption = Annotated[
+    bool,
+    clikit.Option(
+        "--bound",
+        help="Measure the GPU's copy bandwidth first and report decode at concurrency 1 against the memory-bandwidth "
+        "bound of MODEL (a local gpt-oss directory).",
     ),
 ]
 PortOption = Annotated[
@@ -82,6 +101,8 @@ def bench(
     concurrency: ConcurrencyOption = "1,2,4,5,8,10,16,32,64",
     repeat: RepeatOption = 3,
     compare: CompareOption = None,
+    variant: VariantOption = None,
+    bound: BoundOption = False,
     capture: CaptureOption = None,
     gpu: GpuOption = None,
     port: PortOption = 8000,
@@ -106,9 +127,11 @@ def bench(
 
     sizes = profiles.parse_concurrency(concurrency)
     comparisons = engine.parse_compare(compare)
+    variants = engine.parse_variants(variant or (), comparisons)
     engine.check_repeat(repeat)
+    recipe = _bound_recipe(model, sizes) if bound else None
     user_args = tuple(extra or ())
-    shared = _memory_share(len(comparisons) + 1, user_args, gpu)
+    shared = _memory_share(len(comparisons) + len(variants) + 1, user_args, gpu)
     options = deferred_options(
         model, gpu=gpu, concurrency=capture or concurrency, host=LOOPBACK, port=port, extra_args=user_args + shared,
         allow_unpatched=allow_unpatched, allow_unauthenticated=False, expect_reasoning=True,
@@ -122,6 +145,7 @@ def bench(
     specs = [_profile_spec(plan, port)] + [
         _compared_spec(plan, name, port + i) for i, name in enumerate(comparisons, 1)
     ]
+    specs += [_variant_spec(plan, name, args, port + len(specs) + i) for i, (name, args) in enumerate(variants)]
     workload = engine.Workload(
         model=model, concurrency=sizes, repeat=repeat, input_len=input_len, output_len=output_len, waves=waves
     )
@@ -132,9 +156,16 @@ def bench(
                 from gptoss_patch.errors import UsageError
 
                 raise UsageError(f"port {spec.port} ({spec.name} server) is in use; pass --port to choose another")
+        limit = None
+        if recipe is not None:  # before any server takes GPU memory
+            from gptoss_patch.bench import bound as bounds
+
+            render.info("measuring the GPU's copy bandwidth (--bound)")
+            bandwidth = bounds.measure_bandwidth(str(plan.installation.python))
+            limit = bounds.Bound(bounds.decode_bytes(recipe, input_len + output_len // 2), bandwidth)
         report = engine.run(
             str(plan.installation.python), specs, workload, log_dir=log_dir, start_timeout=start_timeout, run_timeout=RUN_TIMEOUT,
-            notify=render.info,
+            notify=render.info, variants=[name for name, _ in variants],
         )  # fmt: skip
     except engine.BenchFailed as exc:  # the cause in one line, then the server's last lines
         render.error(str(exc), exc.hint)
@@ -145,10 +176,44 @@ def bench(
                 {"error": {"code": int(exc.exit_code), "message": str(exc), "last_lines": list(exc.last_lines)}}
             )
         raise clikit.Exit(int(exc.exit_code)) from None
+    fractions = _fractions(report, limit) if limit else {}
     if json_output:
-        render.json_out({**report.to_json(), "vllm": str(plan.installation.version), "profile": plan.profile})
+        extra_json = {"bound": {**limit.to_json(), "fraction_at_c1": fractions}} if limit else {}
+        render.json_out(
+            {**report.to_json(), "vllm": str(plan.installation.version), "profile": plan.profile, **extra_json}
+        )
         return
     _show(report)
+    if limit:
+        _show_bound(limit, fractions)
+
+
+def _bound_recipe(model: str, sizes: tuple[int, ...]) -> Recipe:
+    from gptoss_patch.bench import bound as bounds
+    from gptoss_patch.errors import UsageError
+
+    if 1 not in sizes:
+        raise UsageError("--bound compares decode at concurrency 1: add 1 to --concurrency")
+    return bounds.recipe_from_model(model)
+
+
+def _fractions(report: BenchReport, limit: Bound) -> dict[str, float]:
+    """Per server: the bound's time per token over the median TPOT at concurrency 1."""
+    return {row.server: round(limit.fraction(row.tpot_ms.median), 4) for row in report.rows if row.concurrency == 1}
+
+
+def _show_bound(limit: Bound, fractions: dict[str, float]) -> None:
+    from gptoss_patch import render
+
+    parts = limit.bytes
+    render.info(
+        f"bound at concurrency 1: {parts.total / 1e9:.3f} GB a token (experts {parts.experts / 1e9:.3f}, attention "
+        f"{parts.attention / 1e9:.3f}, lm_head {parts.lm_head / 1e9:.3f}, KV at {parts.context} tokens "
+        f"{parts.kv_cache / 1e9:.3f}, other {parts.other / 1e9:.3f}) at {limit.bandwidth.gb_per_s:.0f} GB/s "
+        f"({limit.bandwidth.device}): {limit.ms_per_token:.2f} ms a token"
+    )
+    for server, fraction in fractions.items():
+        render.info(f"{server}: decode at concurrency 1 runs at {fraction:.0%} of the bound")
 
 
 def _memory_share(servers: int, user_args: tuple[str, ...], gpu: str | None) -> tuple[str, ...]:
@@ -166,6 +231,17 @@ def _profile_spec(plan: LaunchPlan, port: int) -> ServerSpec:
     from gptoss_patch.launcher import plan as planning
 
     return ServerSpec("profile", tuple(plan.argv), plan.env, port, planning.served_model(plan))
+
+
+def _variant_spec(plan: LaunchPlan, name: str, args: tuple[str, ...], port: int) -> ServerSpec:
+    """The profile server again on its own port, with the variant's arguments last (so they win)."""
+    from gptoss_patch.bench import ServerSpec
+    from gptoss_patch.launcher import plan as planning
+
+    argv = list(plan.argv)
+    at = argv.index("--port") + 1
+    argv[at] = str(port)
+    return ServerSpec(name, (*argv, *args), plan.env, port, planning.served_model(plan))
 
 
 def _compared_spec(plan: LaunchPlan, name: str, port: int) -> ServerSpec:
@@ -190,9 +266,17 @@ def _compared_spec(plan: LaunchPlan, name: str, port: int) -> ServerSpec:
 
 
 def _show(report: BenchReport) -> None:
-    from gptoss_patch import render
+    from gptoss_patch import bench as engine, render
 
-    baseline = next((s["name"] for s in report.servers if s["name"] != "profile"), None)
+    names = [s["name"] for s in report.servers]
+    baseline = next((name for name in names if name in engine.COMPARISONS), None)
+    variants = [name for name in names if name != "profile" and name not in engine.COMPARISONS]
+    ratio_header = (
+        f"ratio (profile/{baseline}; variant/profile)" if baseline and variants
+        else f"profile/{baseline}" if baseline
+        else "variant/profile" if variants
+        else ""
+    )  # fmt: skip
 
     def stat(value: Stat, digits: int = 1) -> str:
         if value.low == value.high:
@@ -200,7 +284,7 @@ def _show(report: BenchReport) -> None:
         return f"{value.median:.{digits}f} ({value.low:.{digits}f}-{value.high:.{digits}f})"
 
     columns = ["C", "server", "prefill tok/s", "generation tok/s", "peak tok/s", "TPOT ms"] + (
-        [f"profile/{baseline}"] if baseline else []
+        [ratio_header] if ratio_header else []
     )
     rows = []
     for row in report.rows:
@@ -214,7 +298,7 @@ def _show(report: BenchReport) -> None:
                 stat(row.peak, 0),
                 stat(row.tpot_ms, 2),
             ]
-            + ([ratio] if baseline else [])
+            + ([ratio] if ratio_header else [])
         )
     workload = report.workload
     title = (
