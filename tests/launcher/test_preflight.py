@@ -279,3 +279,35 @@ def test_a_missing_vllm_executable_stops_serve(tmp_path, own_install):
     (tmp_path / "venv" / "bin" / "vllm").unlink()
     with pytest.raises(TargetError, match=r"^no vllm executable at .*/bin/vllm; reinstall vLLM there"):
         preflight.require_launchable(resolve(inst))
+
+
+# -- the MXFP4 MoE backend on Hopper ------------------------------------------------------------------
+
+
+def _model_dir(tmp_path, quantization: dict | None):
+    config = {"model_type": "gpt_oss", **({"quantization_config": quantization} if quantization else {})}
+    (tmp_path / "config.json").write_text(__import__("json").dumps(config))
+    return str(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("quantization", "kept"),
+    [({"quant_method": "mxfp4"}, True), (None, False), ({"quant_method": "fp8"}, False)],
+    ids=["mxfp4", "bf16", "fp8"],
+)
+def test_hopper_marlin_only_for_mxfp4_checkpoints(installs, tmp_path, quantization, kept):
+    plan = resolve(installs["0.33.0"], model=_model_dir(tmp_path, quantization), gpu="sm90")
+    assert ("--moe-backend" in plan.argv) is kept
+    left_out = [n for n in plan.notes if n.startswith("--moe-backend marlin left out")]
+    assert bool(left_out) is not kept
+    if not kept:
+        assert "is not MXFP4" in left_out[0] and "no Marlin kernel" in left_out[0]
+    check = only(preflight.run_checks(plan), "moe-backend")
+    assert check.message.startswith("--moe-backend marlin" if kept else "automatic selection")
+
+
+def test_hopper_marlin_for_a_model_id_and_yours_after_the_separator_wins(installs):
+    assert resolve(installs["0.33.0"], model="openai/gpt-oss-120b", gpu="sm90").argv.count("--moe-backend") == 1
+    plan = resolve(installs["0.33.0"], model="openai/gpt-oss-120b", gpu="sm90", extra_args=("--moe-backend", "triton"))
+    assert plan.argv[-2:] == ["--moe-backend", "triton"] and plan.argv.count("--moe-backend") == 1
+    assert any(n == "--moe-backend marlin left out: given after --" for n in plan.notes)

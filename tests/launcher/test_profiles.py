@@ -120,7 +120,20 @@ def test_sm100_sets_the_flashinfer_mxfp4_variable_only_where_vllm_reads_it(stati
         assert any(n.startswith(note) for n in result.notes)
 
 
-@pytest.mark.parametrize("profile", ["sm90", "cpu"])
-def test_hopper_and_cpu_leave_vllm_to_choose(static_installs, profile):
-    result = profiles.profile_settings(profile, caps_of(static_installs, "0.33.0"))
+def test_cpu_leaves_vllm_to_choose(static_installs):
+    result = profiles.profile_settings("cpu", caps_of(static_installs, "0.33.0"))
     assert result.settings == () and result.moe_pin is None
+
+
+@pytest.mark.parametrize("version", ["0.22.1", "0.33.0"])
+def test_hopper_takes_marlin_where_the_mxfp4_selector_honours_the_flag(static_installs, version):
+    result = profiles.profile_settings("sm90", caps_of(static_installs, version))
+    assert [list(s.argv) for s in result.settings] == [["--moe-backend", "marlin"]]
+    assert "H100" in result.settings[0].why and "docs/performance.md" in result.settings[0].why
+    assert result.moe_pin is None  # a speed choice, not a correctness pin: the log is reported, not enforced
+
+
+def test_hopper_leaves_the_choice_to_vllm_where_the_flag_is_ignored(static_installs):
+    result = profiles.profile_settings("sm90", caps_of(static_installs, "0.17.1"))  # --moe-backend ignored for MXFP4
+    assert result.settings == ()
+    assert result.notes == ("MXFP4 MoE backend left to vLLM: 0.17.1's MXFP4 selector does not take --moe-backend marlin",)

@@ -6,6 +6,7 @@ static reads of the installed vLLM, then the patch status.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -57,10 +58,11 @@ def resolve(inst: Installation, options: LaunchOptions, environ: Mapping[str, st
     caps = static.read_capabilities(inst.package_root, inst.version)
     report = _patch_status(inst)
     profile = profiles.profile_settings(options.gpu.profile, caps)
+    moe_settings, moe_notes = _fit_moe_backend(profile.settings, options.model)
     wanted = [
         _host_setting(options.host),
         Setting.flag("--port", str(options.port), why="the port /health and the smoke canary are checked on"),
-        *profile.settings,
+        *moe_settings,
         *_capture_sizes(options.concurrency, caps, options.extra_args),
         *_environ_validation(caps),
         *_patch_environment(report, caps),
@@ -74,7 +76,7 @@ def resolve(inst: Installation, options: LaunchOptions, environ: Mapping[str, st
         profile=options.gpu.profile,
         profile_source=options.gpu.source,
         settings=tuple(kept),
-        notes=(*profile.notes, *dropped, *_patch_environment_notes(report)),
+        notes=(*profile.notes, *moe_notes, *dropped, *_patch_environment_notes(report)),
         extra_args=tuple(options.extra_args),
         base_env=environ,
         expected_moe=_expected_moe(profile.moe_pin, kept, options.extra_args, environ),
@@ -84,6 +86,35 @@ def resolve(inst: Installation, options: LaunchOptions, environ: Mapping[str, st
         vocab_ahead=vocab_ahead,
         server_module=None if _has_working_cli(inst) else API_SERVER_MODULE,
     )
+
+
+def _fit_moe_backend(settings: tuple[Setting, ...], model: str | None) -> tuple[list[Setting], list[str]]:
+    """`--moe-backend marlin` names an MXFP4 kernel: vLLM refuses it for unquantized MoE, so a local checkpoint
+    whose config.json has no MXFP4 quantization (a bf16 `model random`) starts without it. Every released
+    gpt-oss checkpoint is MXFP4, so a model id keeps it."""
+    quantization = _local_quantization(model)
+    if quantization is None or quantization == "mxfp4":
+        return list(settings), []
+    kept = [s for s in settings if not (s.kind == "flag" and s.name == "--moe-backend")]
+    notes = [
+        f"{' '.join(s.argv)} left out: {model} is not MXFP4 ({quantization}), and vLLM has no Marlin kernel for it"
+        for s in settings
+        if s not in kept
+    ]
+    return kept, notes
+
+
+def _local_quantization(model: str | None) -> str | None:
+    """The quant_method of a local checkpoint ("unquantized" without one); None when it is not a local directory."""
+    config = Path(model) / "config.json" if model else None
+    if config is None or not config.is_file():
+        return None
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None  # vLLM will say what is wrong with it
+    method = (data.get("quantization_config") or {}).get("quant_method") if isinstance(data, dict) else None
+    return str(method) if method else "unquantized"
 
 
 def _has_working_cli(inst: Installation) -> bool:
