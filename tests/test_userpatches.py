@@ -228,7 +228,7 @@ def test_user_patch_on_the_lines_a_built_in_rewrites_is_a_conflict_naming_both(s
         ("--- a/setup.py\n+++ b/setup.py\n@@ -1 +1 @@\n-a\n+b\n", "touches 'a/setup.py', which is not a file of the vllm package"),
         ("--- /etc/passwd\n+++ /etc/passwd\n@@ -1 +1 @@\n-a\n+b\n", "touches '/etc/passwd'"),
         ("--- a/vllm/../x.py\n+++ b/vllm/../x.py\n@@ -1 +1 @@\n-a\n+b\n", "touches 'a/vllm/../x.py'"),
-        ("--- /dev/null\n+++ b/vllm/new.py\n@@ -0,0 +1 @@\n+b\n", "creates or deletes a file"),
+        ("--- a/vllm/envs.py\n+++ /dev/null\n@@ -1 +0,0 @@\n-a\n", "user patches cannot delete vllm files"),
     ],
 )
 def test_bad_patch_files_are_refused_at_load_with_one_line(site, body, why):

@@ -46,6 +46,7 @@ class UserPatch:
     versions: str  # PEP 440 specifiers
     text: str
     files: tuple[str, ...]  # site-packages-relative files it changes, in the diff's order
+    created: tuple[str, ...] = ()  # those of `files` it creates (`--- /dev/null`)
 
     def fits(self, version: Version) -> bool:
         return in_range(Version(version.public), self.versions)
@@ -78,24 +79,47 @@ def check_versions(versions: str) -> str:
 
 
 def touched_files(text: str, where: str) -> tuple[str, ...]:
-    """The files a diff changes; each must be an existing file inside the vllm package."""
+    """The files a diff changes or creates; each must be inside the vllm package."""
+    return _files(text, where)[0]
+
+
+def _files(text: str, where: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(every file the diff names, those it creates): `--- /dev/null` creates; `+++ /dev/null` (a deletion) is refused."""
     files: list[str] = []
+    created: list[str] = []
+    old: str | None = None
     for line in text.splitlines():
         found = _FILE.match(line)
         if not found:
             continue
         raw = found.group(2)
-        if raw == "/dev/null":
-            raise UsageError(f"{where} creates or deletes a file; user patches may only change existing vllm files")
-        rel = raw[2:] if raw.startswith(("a/", "b/")) else raw
-        pure = PurePosixPath(rel)
-        if raw.startswith("/") or pure.is_absolute() or ".." in pure.parts or pure.parts[:1] != ("vllm",) or "\\" in rel:
-            raise UsageError(f"{where} touches {raw!r}, which is not a file of the vllm package (paths must be a/vllm/...)")
+        if found.group(1) == "---":
+            old = raw
+            if raw == "/dev/null":
+                continue
+        elif raw == "/dev/null":
+            raise UsageError(
+                f"{where} deletes {old}; user patches cannot delete vllm files: change the file instead "
+                "(e.g. empty it), or leave that file out of the patch"
+            )
+        rel = _inside(raw, where)
+        if found.group(1) == "+++" and old == "/dev/null" and rel not in created:
+            created.append(rel)
         if rel not in files:
             files.append(rel)
     if not files:
         raise UsageError(f"{where} names no files (expected `--- a/vllm/...` / `+++ b/vllm/...` headers)")
-    return tuple(files)
+    return tuple(files), tuple(created)
+
+
+def _inside(raw: str, where: str) -> str:
+    rel = raw[2:] if raw.startswith(("a/", "b/")) else raw
+    pure = PurePosixPath(rel)
+    if raw.startswith("/") or pure.is_absolute() or ".." in pure.parts or pure.parts[:1] != ("vllm",) or "\\" in rel:
+        raise UsageError(f"{where} touches {raw!r}, which is not a file of the vllm package (paths must be a/vllm/...)")
+    if len(pure.parts) < 2:
+        raise UsageError(f"{where} touches {raw!r}, which is not a file of the vllm package (paths must be a/vllm/...)")
+    return rel
 
 
 def load(path: Path) -> UserPatch:
@@ -118,7 +142,8 @@ def load(path: Path) -> UserPatch:
         versions = check_versions(facts["vllm"])
     except UsageError as exc:
         raise UsageError(f"user patch {path}: {exc}") from None
-    return UserPatch(path.name[: -len(SUFFIX)], path, versions, text, touched_files(text, f"user patch {path}"))
+    files, created = _files(text, f"user patch {path}")
+    return UserPatch(path.name[: -len(SUFFIX)], path, versions, text, files, created)
 
 
 def load_dirs(dirs: Iterable[Path], builtin_ids: Iterable[str] = ()) -> tuple[UserPatch, ...]:

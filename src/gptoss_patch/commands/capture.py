@@ -47,6 +47,8 @@ def capture(
     """Write your edits to the installed vLLM (files that differ from its RECORD and from what gptoss-patch
     wrote) as one unified diff DIR/NAME.diff, applied again by `apply --patch-dir DIR` after every reinstall.
 
+    New text files inside the vllm package are captured as file creations; deleted files are reported, not captured.
+
     Exit 1 when there is nothing to capture. The capture is recorded as applied, so `status --patch-dir DIR`
     shows it and `revert --only NAME` takes it out.
     """
@@ -54,14 +56,15 @@ def capture(
 
     inst = installation(python, venv, vllm)
     result = run(inst, name, directory, files=tuple(files or ()), versions=vllm_range, pristine=from_wheel)
-    for rel in result.skipped:
-        render.warn(f"{rel} is a new file: not captured (user patches change existing files only)")
+    for rel, why in result.skipped:
+        render.warn(f"{rel} {why}")
     if json:
         render.json_out({**result.to_json(), "captured": bool(result.files)})
     if not result.files:
         render.info(f"nothing to capture: every file of {inst.label} matches its RECORD or what gptoss-patch wrote")
         raise clikit.Exit(int(ExitCode.ACTION_NEEDED))
-    render.info(f"Wrote {result.path} ({len(result.files)} file(s): {', '.join(result.files)}; for vllm {result.versions})")
+    listed = ", ".join(f"{rel} (new)" if rel in result.created else rel for rel in result.files)
+    render.info(f"Wrote {result.path} ({len(result.files)} file(s): {listed}; for vllm {result.versions})")
 
 
 def register(app: clikit.App) -> None:

@@ -1,0 +1,314 @@
+"""User patches that create files: capture writes a git-style creation, apply creates the file in the
+same journalled transaction (RECORD lists it while applied), status/audit/the hook accept it, revert removes
+it and RECORD is byte-identical again; an existing file is a conflict; failures and crashes leave no half
+state; deletions are refused with one line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gptoss_patch import engine
+from gptoss_patch.engine import faults
+from gptoss_patch.engine.record import read_hashes
+from gptoss_patch.errors import WriteFailed
+from gptoss_patch.hook import plugin
+from gptoss_patch.userpatches import load_dirs
+from tests.test_userpatches import ENVS, ENVS_REL, build, edit, run, snapshot, states
+
+NEW_REL = "vllm/local_helpers.py"
+NEW = "def answer() -> int:\n    return 42\n"
+
+
+@pytest.fixture
+def site(tmp_path: Path):
+    inst = build(tmp_path / "venv")
+    patches = tmp_path / "patches"
+    patches.mkdir()
+    return inst, tmp_path / "venv", patches
+
+
+def creation(rel: str = NEW_REL, text: str = NEW, versions: str = "==0.17.1") -> str:
+    lines = text.splitlines(keepends=True)
+    body = "".join(f"+{line}" for line in lines)
+    return (f"# gptoss-patch user patch: helpers\n# vllm: {versions}\ndiff --git a/{rel} b/{rel}\nnew file mode 100644\n"
+            f"--- /dev/null\n+++ b/{rel}\n@@ -0,0 +1,{len(lines)} @@\n{body}")
+
+
+def pip(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True, check=False)
+
+
+def test_capture_writes_a_new_file_as_a_creation_that_git_applies_and_revert_removes(site, tmp_path):
+    inst, venv, patches = site
+    pristine_record = inst.record.read_bytes()
+    (inst.site_packages / NEW_REL).write_text(NEW)
+    (inst.site_packages / "vllm" / "blob.bin").write_bytes(b"\xff\xfe\x00")
+    result = run("capture", "helpers", "--dir", str(patches), "--venv", str(venv))  # no --from: nothing pristine needed
+    assert result.exit_code == 0, result.stderr
+    assert f"{NEW_REL} (new)" in result.stderr
+    assert "vllm/blob.bin is a new file that is not UTF-8 text: not captured" in result.stderr
+    text = (patches / "helpers.diff").read_text()
+    assert f"diff --git a/{NEW_REL} b/{NEW_REL}\nnew file mode 100644\n--- /dev/null\n+++ b/{NEW_REL}\n@@ -0,0 +1,2 @@\n" in text
+
+    other = build(tmp_path / "other")  # a pristine copy: real git apply -p1 from its site-packages creates the file
+    subprocess.run(["git", "apply", "--check", "-p1", str(patches / "helpers.diff")], cwd=other.site_packages, check=True)
+    subprocess.run(["git", "apply", "-p1", str(patches / "helpers.diff")], cwd=other.site_packages, check=True)
+    assert (other.site_packages / NEW_REL).read_text() == NEW
+
+    # recorded as applied: the ledger marks it created, RECORD lists it with its hash, audit and the hook accept it
+    assert states(venv, "--patch-dir", str(patches))["helpers"] == "applied"
+    assert NEW_REL in read_hashes(inst.record, {NEW_REL})
+    (inst.site_packages / "vllm" / "blob.bin").unlink()
+    assert run("audit", "--venv", str(venv)).exit_code == 0
+    assert plugin.evaluate(inst.site_packages, None).problems == []
+
+    result = run("revert", "--venv", str(venv), "--only", "helpers")
+    assert result.exit_code == 0, result.stderr
+    assert not (inst.site_packages / NEW_REL).exists()
+    assert inst.record.read_bytes() == pristine_record
+    assert states(venv, "--patch-dir", str(patches))["helpers"] == "pending"
+
+
+def test_apply_creates_the_file_lists_it_in_record_and_pip_uninstall_removes_it(site, tmp_path):
+    inst, venv, patches = site
+    (patches / "helpers.diff").write_text(creation())
+    pristine_record = inst.record.read_bytes()
+    assert states(venv, "--patch-dir", str(patches))["helpers"] == "pending"
+    result = run("apply", "--venv", str(venv), "--patch-dir", str(patches))
+    assert result.exit_code == 0, result.stderr
+    assert (inst.site_packages / NEW_REL).read_text() == NEW
+    got = states(venv, "--patch-dir", str(patches))
+    assert got["helpers"] == "applied" and got["marlin_atomic_add_sm121"] == "applied"
+    assert run("audit", "--venv", str(venv)).exit_code == 0
+    assert run("apply", "--venv", str(venv), "--patch-dir", str(patches)).exit_code == 0  # idempotent
+    ledger = json.loads((inst.dist_info / "gptoss_patch" / "ledger.json").read_text())
+    assert ledger["files"][NEW_REL]["created"] is True and ledger["files"][NEW_REL]["patches"] == ["helpers"]
+    assert plugin.evaluate(inst.site_packages, None).problems == []
+
+    # revert all: the file goes, RECORD is what pip wrote
+    assert run("revert", "--venv", str(venv)).exit_code == 0
+    assert not (inst.site_packages / NEW_REL).exists() and inst.record.read_bytes() == pristine_record
+
+    # pip sees a consistent installation, and uninstalling vllm leaves the created file behind nowhere
+    assert run("apply", "--venv", str(venv), "--patch-dir", str(patches)).exit_code == 0
+    check = pip("--python", inst.python, "check")
+    assert check.returncode == 0, check.stdout + check.stderr
+    gone = pip("--python", inst.python, "uninstall", "-y", "vllm")
+    assert gone.returncode == 0, gone.stdout + gone.stderr
+    assert not (inst.site_packages / NEW_REL).exists() and not inst.dist_info.exists()
+
+
+def test_creating_a_file_that_exists_is_a_conflict_naming_it_and_nothing_is_written(site):
+    inst, venv, patches = site
+    (patches / "helpers.diff").write_text(creation())
+    path = inst.site_packages / NEW_REL
+    for content, how in (("x = 1\n", "with other content"), (NEW, "did not create it")):
+        path.write_text(content)
+        before = snapshot(inst)
+        status = json.loads(run("status", "--venv", str(venv), "--json", "--patch-dir", str(patches)).stdout)
+        mine = next(p for p in status["patches"] if p["id"] == "helpers")
+        assert mine["state"] == "conflict" and NEW_REL in mine["reason"] and how in mine["reason"], mine
+        result = run("apply", "--venv", str(venv), "--patch-dir", str(patches))
+        assert result.exit_code == 5 and NEW_REL in result.stderr.splitlines()[0]
+        assert snapshot(inst) == before and not (inst.dist_info / "gptoss_patch").exists()
+
+
+def test_a_file_in_a_missing_folder_or_removed_after_creation_is_reported(site):
+    inst, venv, patches = site
+    (patches / "helpers.diff").write_text(creation("vllm/nowhere/helpers.py"))
+    status = json.loads(run("status", "--venv", str(venv), "--json", "--patch-dir", str(patches)).stdout)
+    assert "its folder does not exist" in next(p for p in status["patches"] if p["id"] == "helpers")["reason"]
+    (patches / "helpers.diff").write_text(creation())
+    assert run("apply", "--venv", str(venv), "--patch-dir", str(patches)).exit_code == 0
+    (inst.site_packages / NEW_REL).unlink()
+    assert states(venv, "--patch-dir", str(patches))["helpers"] == "modified"
+    result = run("capture", "again", "--dir", str(patches), "--venv", str(venv))
+    assert result.exit_code == 1 and f"{NEW_REL} was removed after gptoss-patch created it" in result.stderr
+    assert run("revert", "--venv", str(venv), "--only", "helpers").exit_code == 0
+    assert NEW_REL not in read_hashes(inst.record)
+
+
+def test_a_failed_write_rolls_the_creation_back_file_and_record_row_alike(site):
+    inst, venv, patches = site
+    (patches / "helpers.diff").write_text(creation())
+    envs = inst.site_packages / ENVS_REL
+    edit(inst, ENVS_REL, "VLLM_PORT = None", "VLLM_PORT = 1")  # a second patch, on a file written after the new one
+    import difflib
+
+    changed = envs.read_text()
+    envs.write_text(ENVS)
+    diff = "".join(difflib.unified_diff(ENVS.splitlines(True), changed.splitlines(True), f"a/{ENVS_REL}", f"b/{ENVS_REL}"))
+    (patches / "port.diff").write_text("# vllm: ==0.17.1\n" + diff)
+    before = snapshot(inst)
+    user = load_dirs([patches])
+    created: list[Path] = []
+
+    def deny(step: str, path: Path | None) -> None:
+        if step == "after-file" and path is not None and path.name == "local_helpers.py":
+            created.append(path)
+        if step == "before-rename" and created and path == envs:
+            raise PermissionError(13, "Permission denied")
+
+    faults.install(deny)
+    try:
+        with pytest.raises(WriteFailed, match="permission denied"):
+            engine.apply(inst, user=user)
+    finally:
+        faults.install(None)
+    assert created, "the new file was written before the failure"
+    assert snapshot(inst) == before
+    assert not (inst.site_packages / NEW_REL).exists() and NEW_REL not in read_hashes(inst.record)
+
+
+@pytest.mark.parametrize("step", ["record-registered", "after-file"])
+def test_a_crash_mid_creation_is_completed_by_the_next_command(site, step):
+    inst, venv, patches = site
+    (patches / "helpers.diff").write_text(creation())
+    user = load_dirs([patches])
+
+    def crash(at: str, path: Path | None) -> None:
+        if at == step and (path is None or path.name in ("RECORD", "local_helpers.py")):
+            if at == "record-registered" and NEW_REL not in read_hashes(inst.record):
+                return  # the ledger's own rows: not yet the new file's
+            raise KeyboardInterrupt  # stands in for a kill; tests/test_faults.py uses SIGKILL
+
+    faults.install(crash)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            engine.apply(inst, user=user)
+    finally:
+        faults.install(None)
+    report = engine.status(inst)
+    assert report.notices and "completed an interrupted apply" in report.notices[0]
+    assert (inst.site_packages / NEW_REL).read_text() == NEW and NEW_REL in read_hashes(inst.record)
+    assert states(venv, "--patch-dir", str(patches))["helpers"] == "applied"
+
+
+def test_a_crash_mid_revert_removes_the_file_and_its_row_on_the_next_command(site):
+    inst, venv, patches = site
+    (patches / "helpers.diff").write_text(creation())
+    pristine_record = inst.record.read_bytes()
+    assert run("apply", "--venv", str(venv), "--patch-dir", str(patches)).exit_code == 0
+
+    def crash(at: str, path: Path | None) -> None:
+        if at == "file-replaced" and path is not None and path.name == "local_helpers.py":
+            raise KeyboardInterrupt
+
+    faults.install(crash)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            engine.revert(inst)
+    finally:
+        faults.install(None)
+    assert not (inst.site_packages / NEW_REL).exists() and NEW_REL in read_hashes(inst.record)  # mid-way
+    report = engine.status(inst)
+    assert report.notices and "completed an interrupted revert" in report.notices[0]
+    assert inst.record.read_bytes() == pristine_record
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        (f"--- a/{ENVS_REL}\n+++ /dev/null\n@@ -1 +0,0 @@\n-a\n", f"deletes a/{ENVS_REL}; user patches cannot delete vllm files"),
+        ("--- /dev/null\n+++ b/setup_extra.py\n@@ -0,0 +1 @@\n+b\n", "touches 'b/setup_extra.py', which is not a file of the vllm package"),
+        ("--- /dev/null\n+++ b/vllm/../evil.py\n@@ -0,0 +1 @@\n+b\n", "touches 'b/vllm/../evil.py'"),
+        ("--- /dev/null\n+++ /tmp/evil.py\n@@ -0,0 +1 @@\n+b\n", "touches '/tmp/evil.py'"),
+    ],
+)
+def test_bad_creations_and_deletions_are_refused_at_load_with_one_line(site, body, why):
+    inst, venv, patches = site
+    (patches / "bad.diff").write_text("# vllm: ==0.17.1\n" + body)
+    before = snapshot(inst)
+    for command in ("status", "apply", "revert"):
+        result = run(command, "--venv", str(venv), "--patch-dir", str(patches))
+        assert result.exit_code == 2, (command, result.stderr)
+        assert why in result.stderr.splitlines()[0], result.stderr
+    assert snapshot(inst) == before
+
+
+def test_capture_says_when_it_sees_a_deleted_file(site, tmp_path):
+    inst, venv, patches = site
+    (inst.site_packages / ENVS_REL).unlink()
+    result = run("capture", "gone", "--dir", str(patches), "--venv", str(venv))
+    assert result.exit_code == 1
+    assert f"{ENVS_REL} was deleted: not captured (user patches cannot delete files" in result.stderr
+    assert not list(patches.iterdir())
+
+
+def test_a_creation_then_an_edit_of_another_file_in_one_capture_apply_on_a_fresh_install(site, tmp_path):
+    inst, venv, patches = site
+    (inst.site_packages / NEW_REL).write_text(NEW)
+    edit(inst, ENVS_REL, "VLLM_PORT = None", "VLLM_PORT = 8123")
+    wheel = tmp_path / "pristine.whl"
+    from tests.test_userpatches import wheel_of
+
+    wheel_of(build(tmp_path / "pristine"), wheel)
+    result = run("capture", "both", "--dir", str(patches), "--venv", str(venv), "--from", str(wheel))
+    assert result.exit_code == 0, result.stderr
+    fresh = build(tmp_path / "fresh")
+    assert run("apply", "--venv", str(tmp_path / "fresh"), "--patch-dir", str(patches)).exit_code == 0
+    for rel in (NEW_REL, ENVS_REL):
+        assert (fresh.site_packages / rel).read_bytes() == (inst.site_packages / rel).read_bytes()
+    shutil.rmtree(tmp_path / "pristine")
+
+
+def _points(trace: Path) -> list[str]:
+    """`--at` specs for every step of a traced run that touches the new file or RECORD, or has no path (journal, ledger)."""
+    from collections import Counter
+
+    seen: Counter[str] = Counter()
+    specs = []
+    for line in trace.read_text().splitlines():
+        step, path, *_ = line.split("\t")
+        if step not in faults.STEPS:
+            continue
+        seen[step] += 1
+        if not path or path.endswith(("RECORD", "local_helpers.py")):
+            specs.append(f"{step}:{seen[step]}")
+    return specs
+
+
+def test_sigkill_at_every_step_of_a_creation_and_its_revert_leaves_all_or_nothing(site, tmp_path):
+    """The real CLI killed (SIGKILL, tests/support/crash_runner.py) at each step that touches the new file,
+    RECORD, the journal or the ledger: the next `status` finds the file and its RECORD row either both there
+    (the patch applied) or both absent, and `revert` then leaves RECORD as pip wrote it."""
+    from tests.support.safety import KILLED, gptoss
+
+    inst, venv, patches = site
+    (patches / "helpers.diff").write_text(creation())
+    pristine_record = inst.record.read_bytes()
+    rel_record = inst.record.relative_to(venv)
+    applied = tmp_path / "applied"
+    subprocess.run(["cp", "-al", str(venv), str(applied)], check=True)
+    assert gptoss(applied, "apply", "--patch-dir", str(patches), trace=tmp_path / "apply.trace").returncode == 0
+    assert gptoss(applied, "revert", trace=tmp_path / "revert.trace").returncode == 0
+    shutil.rmtree(applied)
+    runs = [("apply", spec) for spec in _points(tmp_path / "apply.trace")]
+    runs += [("revert", spec) for spec in _points(tmp_path / "revert.trace")]
+    assert len(runs) >= 15
+    template = tmp_path / "template"  # applied once: the start of every revert run
+    subprocess.run(["cp", "-al", str(venv), str(template)], check=True)
+    assert gptoss(template, "apply", "--patch-dir", str(patches)).returncode == 0
+    for n, (command, spec) in enumerate(runs):
+        work = tmp_path / f"run{n}"
+        subprocess.run(["cp", "-al", str(venv if command == "apply" else template), str(work)], check=True)
+        killed = gptoss(work, command, *(["--patch-dir", str(patches)] if command == "apply" else []), at=(spec,))
+        assert killed.returncode == KILLED, (command, spec, killed.stderr)
+        status = gptoss(work, "status", "--json", "--patch-dir", str(patches))
+        assert status.returncode in (0, 1), (command, spec, status.stderr)
+        new = inst.site_packages.relative_to(venv) / NEW_REL
+        exists = (work / new).exists()
+        listed = NEW_REL in read_hashes(work / rel_record)
+        state = {p["id"]: p["state"] for p in json.loads(status.stdout)["patches"]}["helpers"]
+        assert exists == listed and state == ("applied" if exists else "pending"), (command, spec, exists, listed, state)
+        if exists:
+            assert (work / new).read_text() == NEW
+        assert gptoss(work, "revert").returncode == 0, (command, spec)
+        assert not (work / new).exists() and (work / rel_record).read_bytes() == pristine_record, (command, spec)
+        shutil.rmtree(work)
