@@ -19,6 +19,7 @@ from gptoss_patch.engine.record import read_hashes
 from gptoss_patch.errors import WriteFailed
 from gptoss_patch.hook import plugin
 from gptoss_patch.userpatches import load_dirs
+from tests.support.markers import needs
 from tests.test_userpatches import ENVS, ENVS_REL, build, edit, run, snapshot, states
 
 NEW_REL = "vllm/local_helpers.py"
@@ -312,3 +313,122 @@ def test_sigkill_at_every_step_of_a_creation_and_its_revert_leaves_all_or_nothin
         assert gptoss(work, "revert").returncode == 0, (command, spec)
         assert not (work / new).exists() and (work / rel_record).read_bytes() == pristine_record, (command, spec)
         shutil.rmtree(work)
+
+
+# -- capture without --from: the release's wheel from gptoss-patch's wheel cache, downloaded by pip on a miss --
+
+
+@pytest.fixture
+def index(site, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A local package index (pip --find-links) holding the fake release's wheel, and an empty wheel cache."""
+    from tests.test_userpatches import wheel_of
+
+    inst, venv, patches = site
+    links = tmp_path / "links"
+    links.mkdir()
+    wheel_of(inst, links / "vllm-0.17.1-py3-none-any.whl")
+    cache = tmp_path / "wheel-cache"
+    monkeypatch.setenv("GPTOSS_PATCH_WHEEL_CACHE", str(cache))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(links))
+    monkeypatch.setenv("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+    return inst, venv, patches, links, cache
+
+
+def test_capture_without_from_downloads_the_release_wheel_into_the_cache_once(index):
+    inst, venv, patches, links, cache = index
+    edit(inst, ENVS_REL, "VLLM_PORT = None", "VLLM_PORT = 8123")
+    result = run("capture", "port", "--dir", str(patches), "--venv", str(venv))
+    assert result.exit_code == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[0] == f"Downloading vllm==0.17.1 (the wheel of vllm 0.17.1) into {cache} with pip", lines
+    assert [p.name for p in cache.iterdir()] == ["vllm-0.17.1-py3-none-any.whl"]
+    assert "+VLLM_PORT = 8123\n" in (patches / "port.diff").read_text()
+    assert states(venv, "--patch-dir", str(patches))["port"] == "applied"
+
+    shutil.rmtree(links)  # cached now: a second capture needs no index
+    edit(inst, fakesite_marlin(), "import torch\n", "import torch  # mine\n")
+    result = run("capture", "torch", "--dir", str(patches), "--venv", str(venv))
+    assert result.exit_code == 0, result.stderr
+    assert "Downloading" not in result.stderr
+
+
+def test_a_failed_download_is_one_line_naming_the_wheel_the_index_and_from_and_writes_nothing(index):
+    inst, venv, patches, links, cache = index
+    (links / "vllm-0.17.1-py3-none-any.whl").unlink()
+    edit(inst, ENVS_REL, "VLLM_PORT = None", "VLLM_PORT = 8123")
+    before = snapshot(inst)
+    result = run("capture", "port", "--dir", str(patches), "--venv", str(venv))
+    assert result.exit_code == 4, result.stderr  # TargetError
+    error = next(line for line in result.stderr.splitlines() if line.startswith("error: "))
+    assert error.startswith(f"error: vllm==0.17.1 is not in {cache} and pip could not download it from no index (PIP_NO_INDEX), "
+                            f"links {links}: "), error
+    assert "pass --from WHEEL with the wheel of vllm 0.17.1" in result.stderr
+    assert not list(patches.iterdir()) and snapshot(inst) == before and not (inst.dist_info / "gptoss_patch").exists()
+    result = run("capture", "port", "--dir", str(patches), "--venv", str(venv), "--no-download")
+    assert result.exit_code == 2 and "pass --from with its wheel (--no-download: none was fetched)" in result.stderr
+    assert "Downloading" not in result.stderr and not list(patches.iterdir())
+
+
+def test_a_cached_wheel_that_is_not_the_release_is_refused_by_record(index):
+    inst, venv, patches, links, cache = index
+    cache.mkdir()
+    other = build(Path(str(cache) + "-other"))
+    (other.site_packages / ENVS_REL).write_text("# another build\n")
+    from tests.test_userpatches import wheel_of
+
+    wheel_of(other, cache / "vllm-0.17.1-cp311-cp311-linux_x86_64.whl")
+    edit(inst, ENVS_REL, "VLLM_PORT = None", "VLLM_PORT = 8123")
+    result = run("capture", "port", "--dir", str(patches), "--venv", str(venv))
+    assert result.exit_code == 2 and "no cached wheel of vllm 0.17.1" in result.stderr and "matches its RECORD" in result.stderr
+    assert not list(patches.iterdir())
+
+
+def fakesite_marlin() -> str:
+    from tests.support import fakesite
+
+    return fakesite.MARLIN_REL
+
+
+@pytest.fixture
+@needs("upstream")  # a --no-deps install of the real 0.17.1 wheel, which the wheel cache holds
+def real(tmp_path: Path):
+    from tests.support.upstream import fresh_install, site_packages
+
+    venv = tmp_path / "venv"
+    fresh_install("0.17.1", venv)
+    patches = tmp_path / "patches"
+    patches.mkdir()
+    return venv, site_packages(venv), patches
+
+
+def test_real_release_capture_without_from_takes_the_cached_wheel_and_carries_a_new_file(real, tmp_path):
+    """On the real vllm 0.17.1 (--no-deps install): an edit to envs.py and a new module, captured with no
+    --from (the release's wheel comes from the wheel cache the tests share), applied on a fresh install,
+    reverted there with RECORD as pip wrote it."""
+    from tests.support.upstream import fresh_install, site_packages
+    from tests.test_userpatches import replace_text
+
+    venv, site, patches = real
+    replace_text(site / ENVS_REL, '"VLLM_HOST_IP": lambda: os.getenv("VLLM_HOST_IP", ""),',
+                 '"VLLM_HOST_IP": lambda: os.getenv("VLLM_HOST_IP", "127.0.0.1"),')
+    (site / NEW_REL).write_text(NEW)
+    result = run("capture", "site-local", "--dir", str(patches), "--venv", str(venv))
+    assert result.exit_code == 0, result.stderr
+    assert "Downloading" not in result.stderr  # the shared cache holds the 0.17.1 wheel already
+    text = (patches / "site-local.diff").read_text()
+    assert f"--- a/{ENVS_REL}\n" in text and f"--- /dev/null\n+++ b/{NEW_REL}\n" in text
+    assert run("audit", "--venv", str(venv)).exit_code == 0
+
+    fresh = tmp_path / "fresh"
+    fresh_install("0.17.1", fresh)
+    new_site = site_packages(fresh)
+    record = next(new_site.glob("vllm-0.17.1.dist-info")) / "RECORD"
+    pristine = record.read_bytes()
+    subprocess.run(["git", "apply", "--check", "-p1", str(patches / "site-local.diff")], cwd=new_site, check=True)
+    result = run("apply", "--venv", str(fresh), "--patch-dir", str(patches))
+    assert result.exit_code == 0, result.stderr
+    assert (new_site / NEW_REL).read_text() == NEW and (new_site / ENVS_REL).read_bytes() == (site / ENVS_REL).read_bytes()
+    assert run("audit", "--venv", str(fresh)).exit_code == 0
+    assert run("revert", "--venv", str(fresh)).exit_code == 0
+    assert not (new_site / NEW_REL).exists() and record.read_bytes() == pristine

@@ -9,6 +9,9 @@ diff whose paths are relative to site-packages (`a/vllm/...`, as `git apply -p1`
     +++ b/vllm/envs.py
     @@ ...
 
+A patch may create files inside the package (`--- /dev/null` / `+++ b/vllm/...`, as git writes a new
+file); one that deletes a file (`+++ /dev/null`) is refused.
+
 The directories come from `--patch-dir` (repeatable), else `GPTOSS_PATCH_DIRS` (os.pathsep-separated),
 else `[tool.gptoss-patch] patch-dirs` in the nearest pyproject.toml. Everything is checked when it is
 loaded, so a bad patch file stops a command before anything is read from the installation. The engine

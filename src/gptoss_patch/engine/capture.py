@@ -23,6 +23,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from gptoss_patch import wheels
 from gptoss_patch.engine.audit import added_files, current_hashes, record_rows
 from gptoss_patch.engine.context import Context, decode, encode, open_context
 from gptoss_patch.engine.diff import unified_diff
@@ -53,8 +54,33 @@ class Captured:
 
 def capture(
     inst: Installation, name: str, directory: Path, *, files: tuple[str, ...] = (), versions: str | None = None,
-    pristine: Path | None = None,
+    pristine: Path | None = None, download: bool = True, downloading: wheels.Progress | None = None,
 ) -> Captured:
+    """`pristine`: the release's wheel (`--from`); else the wheel cache, where the release's wheel is
+    downloaded (outside the lock, then the capture starts again) when a file needs it and `download`."""
+    try:
+        return _capture(inst, name, directory, files, versions, pristine, download=download)
+    except _NeedWheel:
+        pass
+    requirement = f"{inst.distribution}=={inst.version.public}"
+    wheels.fetch(requirement, _pattern(inst), about=f"the wheel of {inst.label}", python=inst.python, downloading=downloading,
+                 hint=f"pass --from WHEEL with the wheel of {inst.label} (pip download --no-deps {requirement} -d DIR)")
+    return _capture(inst, name, directory, files, versions, pristine, download=False)
+
+
+def _pattern(inst: Installation) -> str:
+    return wheels.file_prefix(inst.distribution, inst.version.public) + "*.whl"
+
+
+class _NeedWheel(Exception):
+    """A file gptoss-patch never wrote needs its pristine text and no wheel of the release is cached."""
+
+
+def _capture(
+    inst: Installation, name: str, directory: Path, files: tuple[str, ...], versions: str | None, pristine: Path | None,
+    *, download: bool,
+) -> Captured:
+    """One capture under the lock; raises _NeedWheel (nothing written) when the release's wheel must be downloaded."""
     check_name(name, ids())
     target = directory / f"{name}{SUFFIX}"
     if target.exists():
@@ -72,7 +98,7 @@ def capture(
         skipped += more
         if not edits and not new:
             return Captured(name, target, versions, (), skipped)
-        bases = _bases(ctx, edits, pristine) if edits else {}
+        bases = _bases(ctx, edits, pristine, download) if edits else {}
         diffs = {rel: unified_diff(rel, bases[rel][0], view) for rel, view in _user_views(ctx, edits, bases).items()}
         diffs.update({rel: creation_diff(rel, data) for rel, data in new.items()})
         text = header(name, versions) + "".join(d for d in diffs.values() if d)
@@ -158,11 +184,11 @@ def _edits(
     return edits, tuple(skipped)
 
 
-def _bases(ctx: Context, edits: dict[str, bytes], pristine: Path | None) -> dict[str, tuple[bytes, bytes]]:
+def _bases(ctx: Context, edits: dict[str, bytes], pristine: Path | None, download: bool) -> dict[str, tuple[bytes, bytes]]:
     """rel -> (the file before the user's new edit, the same after the codemods the ledger lists)."""
     bases: dict[str, tuple[bytes, bytes]] = {}
     need_wheel = [rel for rel in edits if rel not in ctx.ledger.files]
-    wheel = _from_wheel(ctx.inst, need_wheel, pristine) if need_wheel else {}
+    wheel = _pristine(ctx.inst, need_wheel, pristine, download) if need_wheel else {}
     for rel in edits:
         entry = ctx.ledger.files.get(rel)
         if entry is None:
@@ -204,13 +230,31 @@ def _user_views(ctx: Context, edits: dict[str, bytes], bases: dict[str, tuple[by
     return views
 
 
-def _from_wheel(inst: Installation, rels: list[str], pristine: Path | None) -> dict[str, bytes]:
-    """The wheel's bytes of `rels`, each checked against the installed RECORD."""
-    if pristine is None:
+def _pristine(inst: Installation, rels: list[str], pristine: Path | None, download: bool) -> dict[str, bytes]:
+    """The pristine bytes of `rels`: from `--from`, else from a cached wheel of the release that RECORD confirms."""
+    if pristine is not None:
+        return _from_wheel(inst, rels, pristine)
+    candidates = wheels.cached(_pattern(inst))
+    if not candidates and download:
+        raise _NeedWheel
+    if not candidates:
         raise UsageError(
-            f"capture needs the files as {inst.label} installed them: pass --from with its wheel",
+            f"capture needs the files as {inst.label} installed them: pass --from with its wheel (--no-download: none was fetched)",
             hint=f"{inst.python} -m pip download --no-deps {inst.distribution}=={inst.version.public} -d DIR",
         )
+    refused: UsageError | None = None
+    for wheel in candidates:  # several platforms' wheels of one release may be cached: the one RECORD confirms
+        try:
+            return _from_wheel(inst, rels, wheel)
+        except UsageError as exc:
+            refused = exc
+    assert refused is not None
+    raise UsageError(f"no cached wheel of {inst.label} in {wheels.cache_dir()} matches its RECORD ({refused})",
+                     hint="pass --from with the wheel it was installed from (a local build has none on an index)")
+
+
+def _from_wheel(inst: Installation, rels: list[str], pristine: Path) -> dict[str, bytes]:
+    """The wheel's bytes of `rels`, each checked against the installed RECORD."""
     rows = record_rows(inst)
     out = {}
     try:
