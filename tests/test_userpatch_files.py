@@ -432,3 +432,26 @@ def test_real_release_capture_without_from_takes_the_cached_wheel_and_carries_a_
     assert run("audit", "--venv", str(fresh)).exit_code == 0
     assert run("revert", "--venv", str(fresh)).exit_code == 0
     assert not (new_site / NEW_REL).exists() and record.read_bytes() == pristine
+
+
+def test_diff_shows_a_pending_creation_as_git_applies_it_and_capture_files_takes_one_new_file(site, tmp_path):
+    inst, venv, patches = site
+    (patches / "helpers.diff").write_text(creation())
+    result = run("diff", "--venv", str(venv), "--patch-dir", str(patches), "--only", "helpers")
+    assert result.exit_code in (0, 1), result.stderr
+    assert f"--- /dev/null\n+++ b/{NEW_REL}\n" in result.stdout
+    shown = tmp_path / "shown.diff"
+    shown.write_text(result.stdout)
+    other = build(tmp_path / "other")
+    subprocess.run(["git", "apply", "--check", "-p1", str(shown)], cwd=other.site_packages, check=True)
+    assert not (inst.site_packages / NEW_REL).exists()  # a dry run
+
+    (patches / "helpers.diff").unlink()
+    (inst.site_packages / NEW_REL).write_text(NEW)
+    (inst.site_packages / "vllm" / "other_new.py").write_text("x = 1\n")
+    result = run("capture", "one", "--dir", str(patches), "--venv", str(venv), "--files", NEW_REL)
+    assert result.exit_code == 0, result.stderr
+    text = (patches / "one.diff").read_text()
+    assert f"+++ b/{NEW_REL}\n" in text and "other_new.py" not in text
+    result = run("capture", "two", "--dir", str(patches), "--venv", str(venv), "--files", "vllm/nothing_here.py")
+    assert result.exit_code == 2 and "neither listed in vllm's RECORD nor a file in the package" in result.stderr

@@ -267,7 +267,8 @@ def test_capture_refuses_files_outside_the_package_and_bad_names(site, tmp_path)
     result = run("capture", "harmony_instructions", "--dir", str(patches), "--venv", str(venv))
     assert result.exit_code == 2 and "is the id of a built-in patch" in result.stderr
     edit(inst, ENVS_REL, "VLLM_PORT = None", "VLLM_PORT = 1")
-    result = run("capture", "mine", "--dir", str(patches), "--venv", str(venv), "--no-download")  # no original, no --from
+    empty = {"GPTOSS_PATCH_WHEEL_CACHE": str(tmp_path / "no-wheels")}  # no original, no --from, no cached wheel
+    result = run("capture", "mine", "--dir", str(patches), "--venv", str(venv), "--no-download", env=empty)
     assert result.exit_code == 2 and "pass --from with its wheel" in result.stderr
     assert not list(patches.iterdir())
 

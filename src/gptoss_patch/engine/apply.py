@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from gptoss_patch.engine.context import Context, decode, encode, open_context
-from gptoss_patch.engine.diff import unified_diff
+from gptoss_patch.engine.diff import creation_diff, unified_diff
 from gptoss_patch.engine.ledger import EMPTY, FileEntry, Store
 from gptoss_patch.engine.releases import Identity, identify
 from gptoss_patch.engine.status import judge
@@ -118,7 +118,7 @@ def _plan_apply(
         by_file.setdefault(rel, [])
     named = {rel: [(p.name, p.blob) for p in pending if rel in p.files] for rel in by_file}
     plans = [_plan_file(ctx, rel, todo, diff_blobs.get(rel, []), named[rel]) for rel, todo in by_file.items()]
-    diffs = {p.rel: unified_diff(p.rel, p.before or b"", p.after or b"") if dry_run else "" for p in plans}
+    diffs = {p.rel: _shown(p) if dry_run else "" for p in plans}
     done = {s.id for todo in by_file.values() for s in todo} | {p.name for p in pending}
     state, reason = (State.PENDING, "would be patched") if dry_run else (State.APPLIED, "patched")
     results = [
@@ -128,6 +128,12 @@ def _plan_apply(
         for r in results
     ]
     return plans, results
+
+
+def _shown(plan: FilePlan) -> str:
+    if plan.before is None:  # created by a user patch
+        return creation_diff(plan.rel, plan.after or b"")
+    return unified_diff(plan.rel, plan.before, plan.after or b"")
 
 
 def _plan_file(

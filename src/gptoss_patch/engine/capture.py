@@ -26,7 +26,7 @@ from packaging.version import Version
 from gptoss_patch import wheels
 from gptoss_patch.engine.audit import added_files, current_hashes, record_rows
 from gptoss_patch.engine.context import Context, decode, encode, open_context
-from gptoss_patch.engine.diff import unified_diff
+from gptoss_patch.engine.diff import creation_diff, unified_diff
 from gptoss_patch.engine.ledger import EMPTY, FileEntry, Store
 from gptoss_patch.engine.transaction import FilePlan, commit, recover
 from gptoss_patch.errors import Conflict, UsageError
@@ -108,12 +108,6 @@ def _capture(
         _write_patch(directory, target, text)
         _adopt(ctx, name, text.encode("utf-8"), captured, bases, {**edits, **new}, set(new))
     return Captured(name, target, versions, captured, skipped, text, tuple(rel for rel in captured if rel in new))
-
-
-def creation_diff(rel: str, data: bytes) -> str:
-    """A new file as git writes it (`git apply -p1` creates it from site-packages)."""
-    body = unified_diff(rel, b"", data).split("\n", 2)[2]  # the hunks, without difflib's ---/+++ lines
-    return f"diff --git a/{rel} b/{rel}\nnew file mode 100644\n--- /dev/null\n+++ b/{rel}\n{body}"
 
 
 def _new_files(
