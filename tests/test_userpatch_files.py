@@ -6,6 +6,7 @@ state; deletions are refused with one line."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -455,3 +456,84 @@ def test_diff_shows_a_pending_creation_as_git_applies_it_and_capture_files_takes
     assert f"+++ b/{NEW_REL}\n" in text and "other_new.py" not in text
     result = run("capture", "two", "--dir", str(patches), "--venv", str(venv), "--files", "vllm/nothing_here.py")
     assert result.exit_code == 2 and "neither listed in vllm's RECORD nor a file in the package" in result.stderr
+
+
+# -- behaviour probes shipped by plugin patches (PatchSpec.probe), run in the target like the built-ins' --
+
+
+def test_a_plugin_patch_ships_a_behaviour_probe_that_verify_runs_in_the_target(site, tmp_path):
+    from gptoss_patch.verify.probes import MARKER, RUNNER
+    from tests.test_userpatches import EXAMPLE, plugin_env, tool
+
+    inst, venv, patches = site
+    env = plugin_env(tmp_path)
+    probe = EXAMPLE / "src" / "gptoss_example_patches" / "probe_example_envs_marker.py"
+
+    def probed(payload: dict) -> dict:
+        proc = subprocess.run([inst.python, "-B", str(RUNNER), json.dumps(payload)], capture_output=True, text=True, timeout=60)
+        return next(json.loads(line[len(MARKER):]) for line in proc.stdout.splitlines()
+                    if line.startswith(MARKER) and '"result"' in line)
+
+    stock = probed({"probes": ["example_envs_marker"], "files": {"example_envs_marker": str(probe)}})
+    assert stock["passed"] is False and "the marker is not in the imported module" in stock["evidence"]
+    missing = probed({"probes": ["example_envs_marker"], "files": {"example_envs_marker": str(tmp_path / "gone.py")}})
+    assert missing["passed"] is None and "cannot read its probe" in missing["evidence"]
+    broken = tmp_path / "broken_probe.py"
+    broken.write_text("import no_such_module_here\n")
+    failed = probed({"probes": ["example_envs_marker"], "files": {"example_envs_marker": str(broken)}})
+    assert failed["passed"] is False and "does not load: ModuleNotFoundError" in failed["evidence"]
+
+    assert tool(env, "apply", "--venv", str(venv)).returncode == 0
+    verified = tool(env, "verify", "--venv", str(venv), "--behaviour", "--json", "--only", "example_envs_marker")
+    behaviour = {p["id"]: p for p in json.loads(verified.stdout)["behaviour"]}
+    assert behaviour["example_envs_marker"]["passed"] is True, verified.stderr
+    assert "vllm.envs.GPTOSS_EXAMPLE_PATCHES is True" in behaviour["example_envs_marker"]["evidence"]
+    assert verified.returncode == 0, verified.stderr
+
+
+@pytest.fixture
+@needs("harness")  # the CPU venv that imports the real vLLM 0.17.1
+def harness_0171(tmp_path: Path) -> Path:
+    from tests.support import harness
+
+    return harness.clone_venv(harness.cpu_venv("0.17.1"), tmp_path / "venv")
+
+
+def test_real_vllm_imports_the_plugin_patch_and_its_probe_passes_only_once_applied(harness_0171, tmp_path):
+    from tests.test_userpatches import plugin_env, tool
+
+    env = plugin_env(tmp_path)
+    python = str(harness_0171)
+    stock = tool(env, "verify", "--python", python, "--behaviour", "--json", "--only", "example_envs_marker")
+    assert stock.returncode == 1 and json.loads(stock.stdout)["behaviour"][0]["passed"] is False, stock.stderr
+    assert tool(env, "apply", "--python", python, "--only", "example_envs_marker").returncode == 0
+    verified = tool(env, "verify", "--python", python, "--behaviour", "--json", "--only", "example_envs_marker")
+    behaviour = {p["id"]: p for p in json.loads(verified.stdout)["behaviour"]}
+    assert behaviour["example_envs_marker"]["passed"] is True, (verified.stderr, behaviour)
+    assert "site-packages/vllm/envs.py" in behaviour["example_envs_marker"]["evidence"]
+    assert tool(env, "revert", "--python", python).returncode == 0
+
+
+def test_a_plugin_whose_probe_is_not_a_file_is_left_out_with_one_line(tmp_path):
+    from tests.test_userpatches import tool
+
+    package = tmp_path / "src" / "bad_probe_patches"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "bad_probe.py").write_text(
+        "from gptoss_patch.spec import Band, PatchSpec, module_id\n"
+        "SPEC = PatchSpec(id=module_id(__name__), summary='x', upstream=(), bands=(Band('>=0.15.1', 'envs.py'),),\n"
+        "                 codemod=lambda: None, is_applied=lambda s, p: False, probe='probe_bad_probe.py')\n"
+    )
+    dist = tmp_path / "plugins" / "bad_probe_patches-0.1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: bad-probe-patches\nVersion: 0.1.0\n")
+    (dist / "entry_points.txt").write_text("[gptoss_patch.patches]\nbad_probe = bad_probe_patches.bad_probe\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "src"), str(tmp_path / "plugins")])}
+    listed = tool(env, "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert "bad_probe" not in {p["id"] for p in json.loads(listed.stdout)}
+    assert [ln for ln in listed.stderr.splitlines() if "bad_probe" in ln] == [
+        "warning: plugin bad-probe-patches 0.1.0: patch 'bad_probe' (bad_probe_patches.bad_probe) "
+        "left out: its SPEC's probe 'probe_bad_probe.py' is not the absolute path of a .py file"
+    ]
