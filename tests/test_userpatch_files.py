@@ -537,3 +537,31 @@ def test_a_plugin_whose_probe_is_not_a_file_is_left_out_with_one_line(tmp_path):
         "warning: plugin bad-probe-patches 0.1.0: patch 'bad_probe' (bad_probe_patches.bad_probe) "
         "left out: its SPEC's probe 'probe_bad_probe.py' is not the absolute path of a .py file"
     ]
+
+
+def test_a_failed_revert_force_that_restored_a_missing_file_keeps_its_record_row(site):
+    """Only rows of created files ever leave RECORD: rolling back the restore of a deleted pip file removes
+    the file again but never its RECORD row."""
+    from tests.support import fakesite
+
+    inst, venv, patches = site
+    assert run("apply", "--venv", str(venv)).exit_code == 0
+    (inst.site_packages / fakesite.MARLIN_REL).unlink()
+    record = inst.record.read_bytes()
+    before = snapshot(inst)
+    seen: list[Path] = []
+
+    def deny(step: str, path: Path | None) -> None:
+        if step == "before-file" and path is not None:
+            seen.append(path)
+        if step == "before-rename" and len(seen) == 2 and path == seen[1]:
+            raise PermissionError(13, "Permission denied")
+
+    faults.install(deny)
+    try:
+        with pytest.raises(WriteFailed, match="permission denied"):
+            engine.revert(inst, force=True)
+    finally:
+        faults.install(None)
+    assert len(seen) >= 2  # the second write failed (then the roll-back wrote)
+    assert inst.record.read_bytes() == record and snapshot(inst) == before

@@ -75,6 +75,7 @@ class Write:
     before: str | None
     after: str | None
     mode: int
+    created: bool = False  # a file a user patch creates: RECORD lists it exactly while it exists (transaction.py)
 
 
 @dataclass(frozen=True)
@@ -176,13 +177,14 @@ class Store:
         """The journal's rows, checked like the ledger: paths inside the package, real hashes, a mode."""
         try:
             rows = journal["writes"]
-            writes = [Write(str(r["path"]), r["before"], r["after"], int(r["mode"])) for r in rows]
+            writes = [Write(str(r["path"]), r["before"], r["after"], int(r["mode"]), r.get("created", False)) for r in rows]
         except (KeyError, TypeError, ValueError):
             raise self._corrupt("bad journal") from None
         for w in writes:
             self._checked_path(w.path)
             hashes = tuple(h for h in (w.before, w.after) if h is not None)
-            if not hashes or not all(isinstance(h, str) and _HEX64.fullmatch(h) for h in hashes) or not 0 <= w.mode <= 0o7777:
+            if not hashes or not all(isinstance(h, str) and _HEX64.fullmatch(h) for h in hashes) or not 0 <= w.mode <= 0o7777 \
+                    or not isinstance(w.created, bool):
                 raise self._corrupt(f"bad journal row for {w.path}")
         return writes
 

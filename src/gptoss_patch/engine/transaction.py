@@ -40,7 +40,7 @@ def commit(ctx: Context, op: str, plans: list[FilePlan], diff_blobs: dict[str, l
     extra = [b for blobs in (diff_blobs or {}).values() for b in blobs]
     blobs = list(dict.fromkeys(b for b in (*(p.before for p in plans), *extra, *(p.after for p in plans)) if b is not None))
     ledger = _ledger_after(ctx.ledger, plans)
-    writes = [Write(p.rel, _digest(p.before), _digest(p.after), _mode(ctx, p)) for p in plans]
+    writes = [Write(p.rel, _digest(p.before), _digest(p.after), _mode(ctx, p), _created(ctx, p)) for p in plans]
     try:
         store.reserve(blobs)
         for blob in blobs:
@@ -52,7 +52,7 @@ def commit(ctx: Context, op: str, plans: list[FilePlan], diff_blobs: dict[str, l
     try:
         store.save(ledger)
         faults.reached("ledger-written")
-        _list_created(ctx.inst, ledger, {p.rel: p.after for p in plans if p.after is not None})
+        _list_created(ctx.inst, {p.rel: p.after for p, w in zip(plans, writes) if w.created and p.after is not None})
         for plan, write in zip(plans, writes):
             _replace_file(ctx.inst, plan.rel, plan.after, write.mode)
         _unlist_removed(ctx.inst, writes)
@@ -70,11 +70,11 @@ def _undo(ctx: Context, op: str, writes: list[Write], failure: WriteFailed) -> N
     completes the operation once the filesystem accepts writes. Always raises.
     """
     store = ctx.store
-    back = [Write(w.path, w.after, w.before, w.mode) for w in writes]
+    back = [Write(w.path, w.after, w.before, w.mode, w.created) for w in writes]
     try:
         store.begin(f"roll-back of a failed {op}", back, ctx.ledger)
         store.save(ctx.ledger)
-        _finish(ctx.inst, store, back, ctx.ledger)
+        _finish(ctx.inst, store, back)
         store.end(ctx.ledger)
     except WriteFailed as second:
         raise WriteFailed(
@@ -117,9 +117,14 @@ def _replace_file(inst: Installation, rel: str, data: bytes | None, mode: int) -
     faults.reached("after-file", path)
 
 
-def _list_created(inst: Installation, ledger: Ledger, files: dict[str, bytes]) -> None:
-    """RECORD rows for the files the ledger says a user patch created, before they are created."""
-    rows = {rel: data for rel, data in files.items() if (e := ledger.files.get(rel)) is not None and e.created}
+def _created(ctx: Context, plan: FilePlan) -> bool:
+    """Whether the row is about a file a user patch creates (in the ledger before or after)."""
+    old = ctx.ledger.files.get(plan.rel)
+    return bool((plan.entry is not None and plan.entry.created) or (old is not None and old.created))
+
+
+def _list_created(inst: Installation, rows: dict[str, bytes]) -> None:
+    """RECORD rows (hash and size) for the files user patches create, before they are created."""
     if rows:
         try:
             add_rows(inst.record, rows)
@@ -129,7 +134,7 @@ def _list_created(inst: Installation, ledger: Ledger, files: dict[str, bytes]) -
 
 def _unlist_removed(inst: Installation, writes: list[Write]) -> None:
     """Drop the RECORD rows of the files the transaction removed, once they are gone."""
-    gone = {w.path for w in writes if w.after is None}
+    gone = {w.path for w in writes if w.after is None and w.created}
     if gone:
         try:
             drop_rows(inst.record, gone)
@@ -137,10 +142,9 @@ def _unlist_removed(inst: Installation, writes: list[Write]) -> None:
             raise write_failed(inst.record, exc) from None
 
 
-def _finish(inst: Installation, store: Store, writes: list[Write], ledger: Ledger) -> None:
+def _finish(inst: Installation, store: Store, writes: list[Write]) -> None:
     """Roll every row forward (a journal's, or a roll-back's), with the RECORD rows of created files."""
-    _list_created(inst, ledger, {w.path: store.blob(w.after) for w in writes if w.after is not None
-                                 and (e := ledger.files.get(w.path)) is not None and e.created})
+    _list_created(inst, {w.path: store.blob(w.after) for w in writes if w.after is not None and w.created})
     for write in writes:
         _roll_forward(inst, store, write)
     _unlist_removed(inst, writes)
@@ -159,7 +163,7 @@ def recover(inst: Installation, *, locked: bool = False) -> tuple[str, ...]:
         if store.tidy():
             return ("removed the leftover ledger files of an interrupted gptoss-patch run; no vllm file needed to change",)
         return ()
-    _finish(inst, store, journal.writes, journal.ledger)
+    _finish(inst, store, journal.writes)
     store.save(journal.ledger)
     store.end(journal.ledger)
     store.remove_strays()
