@@ -565,3 +565,13 @@ def test_a_failed_revert_force_that_restored_a_missing_file_keeps_its_record_row
         faults.install(None)
     assert len(seen) >= 2  # the second write failed (then the roll-back wrote)
     assert inst.record.read_bytes() == record and snapshot(inst) == before
+
+
+def test_capture_leaves_out_a_new_file_in_a_new_folder_and_says_so(site):
+    inst, venv, patches = site
+    (inst.site_packages / "vllm" / "mine").mkdir()
+    (inst.site_packages / "vllm" / "mine" / "tool.py").write_text("x = 1\n")
+    result = run("capture", "mine", "--dir", str(patches), "--venv", str(venv))
+    assert result.exit_code == 1, result.stderr
+    assert "vllm/mine/tool.py is a new file in a new folder: not captured" in result.stderr
+    assert not list(patches.iterdir())
