@@ -575,3 +575,28 @@ def test_capture_leaves_out_a_new_file_in_a_new_folder_and_says_so(site):
     assert result.exit_code == 1, result.stderr
     assert "vllm/mine/tool.py is a new file in a new folder: not captured" in result.stderr
     assert not list(patches.iterdir())
+
+
+def test_hunk_lines_that_look_like_file_headers_are_content(site):
+    """A created file with a line `++ x`, an edit removing `-- y`: inside a hunk (by its counts) such lines
+    are content, as git reads them, not file headers."""
+    inst, venv, patches = site
+    text = "QUERY = '''\n-- not a header\n'''\n"
+    body = "++ also not a header\n"
+    (inst.site_packages / ENVS_REL).write_text(ENVS + text)  # the file as the release would have it
+    pristine = inst.site_packages / ENVS_REL
+    record_line = next(line for line in inst.record.read_text().splitlines() if line.startswith(ENVS_REL + ","))
+    from gptoss_patch.engine.record import row
+
+    inst.record.write_text(inst.record.read_text().replace(record_line, row(ENVS_REL, pristine.read_bytes())))
+    patch = (
+        "# vllm: ==0.17.1\n"
+        f"--- a/{ENVS_REL}\n+++ b/{ENVS_REL}\n@@ -5,3 +5,2 @@\n QUERY = '''\n--- not a header\n '''\n"
+        f"diff --git a/{NEW_REL} b/{NEW_REL}\nnew file mode 100644\n--- /dev/null\n+++ b/{NEW_REL}\n@@ -0,0 +1 @@\n+{body}"
+    )
+    (patches / "tricky.diff").write_text(patch)
+    (loaded,) = load_dirs([patches])
+    assert loaded.files == (ENVS_REL, NEW_REL) and loaded.created == (NEW_REL,)
+    result = run("apply", "--venv", str(venv), "--patch-dir", str(patches))
+    assert result.exit_code == 0, result.stderr
+    assert "-- not a header" not in pristine.read_text() and (inst.site_packages / NEW_REL).read_text() == body

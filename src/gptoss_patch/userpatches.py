@@ -38,6 +38,7 @@ ENV = "GPTOSS_PATCH_DIRS"
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}")
 _HEADER = re.compile(r"^#\s*(gptoss-patch user patch|vllm)\s*:\s*(.*?)\s*$")
 _FILE = re.compile(r"^(---|\+\+\+) (\S+)")
+_HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,14 @@ def _files(text: str, where: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     files: list[str] = []
     created: list[str] = []
     old: str | None = None
+    left = [0, 0]  # lines of the current hunk still to come (old side, new side): its body is never a header
     for line in text.splitlines():
+        if left[0] > 0 or left[1] > 0:
+            _count(line, left)
+            continue
+        if hunk := _HUNK.match(line):
+            left = [int(hunk.group(1) or 1), int(hunk.group(2) or 1)]
+            continue
         found = _FILE.match(line)
         if not found:
             continue
@@ -113,6 +121,19 @@ def _files(text: str, where: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     if not files:
         raise UsageError(f"{where} names no files (expected `--- a/vllm/...` / `+++ b/vllm/...` headers)")
     return tuple(files), tuple(created)
+
+
+def _count(line: str, left: list[int]) -> None:
+    """One body line of a hunk: context counts on both sides, `-` on the old, `+` on the new."""
+    tag = line[:1]
+    if tag in (" ", ""):  # context (an empty line: context of an empty line, as some tools write it)
+        left[0], left[1] = left[0] - 1, left[1] - 1
+    elif tag == "-":
+        left[0] -= 1
+    elif tag == "+":
+        left[1] -= 1
+    elif tag != "\\":  # not a hunk line at all: the counts were wrong; git apply reports it
+        left[0] = left[1] = 0
 
 
 def _inside(raw: str, where: str) -> str:
