@@ -481,3 +481,34 @@ def test_user_patches_are_expected_named_in_the_refusal_and_re_applied_in_apply_
     finally:
         cli(venv, "hook", "uninstall")  # the recorded patch directory must not reach the other tests
         pristine(venv)
+
+
+def test_a_user_patch_that_creates_a_module_comes_back_in_apply_mode_after_a_reinstall(venv, driver, ids, tmp_path):
+    """A creation patch (a new module in the vllm package): the hook expects it; after a reinstall (pip removes
+    the file, which RECORD lists while applied) `apply` mode creates it again, and vLLM starts."""
+    pristine(venv)
+    rel = "vllm/site_local_helpers.py"
+    path = site_packages(venv) / rel
+    text = "SITE = 'gb10'\n"
+    patches = tmp_path / "patches"
+    patches.mkdir()
+    (patches / "helpers.diff").write_text(
+        f"# vllm: ==0.17.1\ndiff --git a/{rel} b/{rel}\nnew file mode 100644\n--- /dev/null\n+++ b/{rel}\n@@ -0,0 +1 @@\n+{text}"
+    )
+    try:
+        assert cli(venv, "apply", "--patch-dir", str(patches)).exit_code == 0
+        assert path.read_text() == text
+        result = cli(venv, "hook", "install", "--mode", "fail", "--patch-dir", str(patches))
+        assert result.exit_code == 0, result.stderr
+        assert driver.load("fail")["outcome"] == "ok"
+        pristine(venv)  # what a reinstall leaves behind: no new file, no ledger
+        assert not path.exists()
+        assert "helpers" in only_line(driver.load("fail"), "ERROR")
+        healed = driver.load("apply")
+        assert healed["outcome"] == "ok", healed["logs"]
+        assert path.read_text() == text
+        assert driver.load("fail")["outcome"] == "ok"
+    finally:
+        cli(venv, "hook", "uninstall")
+        pristine(venv)
+    assert not path.exists()

@@ -228,7 +228,7 @@ def test_user_patch_on_the_lines_a_built_in_rewrites_is_a_conflict_naming_both(s
         ("--- a/setup.py\n+++ b/setup.py\n@@ -1 +1 @@\n-a\n+b\n", "touches 'a/setup.py', which is not a file of the vllm package"),
         ("--- /etc/passwd\n+++ /etc/passwd\n@@ -1 +1 @@\n-a\n+b\n", "touches '/etc/passwd'"),
         ("--- a/vllm/../x.py\n+++ b/vllm/../x.py\n@@ -1 +1 @@\n-a\n+b\n", "touches 'a/vllm/../x.py'"),
-        ("--- /dev/null\n+++ b/vllm/new.py\n@@ -0,0 +1 @@\n+b\n", "creates or deletes a file"),
+        ("--- a/vllm/envs.py\n+++ /dev/null\n@@ -1 +0,0 @@\n-a\n", "user patches cannot delete vllm files"),
     ],
 )
 def test_bad_patch_files_are_refused_at_load_with_one_line(site, body, why):
@@ -267,7 +267,8 @@ def test_capture_refuses_files_outside_the_package_and_bad_names(site, tmp_path)
     result = run("capture", "harmony_instructions", "--dir", str(patches), "--venv", str(venv))
     assert result.exit_code == 2 and "is the id of a built-in patch" in result.stderr
     edit(inst, ENVS_REL, "VLLM_PORT = None", "VLLM_PORT = 1")
-    result = run("capture", "mine", "--dir", str(patches), "--venv", str(venv))  # no ledger original, no --from
+    empty = {"GPTOSS_PATCH_WHEEL_CACHE": str(tmp_path / "no-wheels")}  # no original, no --from, no cached wheel
+    result = run("capture", "mine", "--dir", str(patches), "--venv", str(venv), "--no-download", env=empty)
     assert result.exit_code == 2 and "pass --from with its wheel" in result.stderr
     assert not list(patches.iterdir())
 

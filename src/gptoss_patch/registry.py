@@ -9,6 +9,7 @@ described in `plugin_problems()` (the CLI prints one line each); the other patch
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 from functools import cache
 
@@ -142,6 +143,8 @@ def _breaks_contract(name: str, spec: object, taken: set[str]) -> str | None:
         return "a patch with that id exists already"
     if not spec.bands:
         return "its SPEC has no bands"
+    if spec.probe is not None and not (os.path.isabs(spec.probe) and spec.probe.endswith(".py") and os.path.isfile(spec.probe)):
+        return f"its SPEC's probe {spec.probe!r} is not the absolute path of a .py file"
     return None
 
 

@@ -97,6 +97,14 @@ def spinner(label: str) -> Iterator[None]:
         yield
 
 
+@contextmanager
+def downloading(label: str) -> Iterator[None]:
+    """A download (wheels.py): a line when it starts, a spinner on a terminal while it runs."""
+    info(label[0].upper() + label[1:])
+    with spinner(label):
+        yield
+
+
 def json_out(payload: Any) -> None:
     sys.stdout.write(json.dumps(payload, indent=2, sort_keys=False) + "\n")
 

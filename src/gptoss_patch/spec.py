@@ -99,7 +99,7 @@ class PatchSpec:
     """Everything about one patch, declared beside its codemod in patches/<id>.py.
 
     Nothing else lists patches: the registry finds the modules, `verify --behaviour` finds the probe
-    verify/probes/probe_<id>.py by id, and the tests read the stock facts below (docs/adding-a-patch.md).
+    verify/probes/probe_<id>.py by id (a plugin's at its `probe` path), and the tests read the stock facts below (docs/adding-a-patch.md).
     """
 
     id: str
@@ -125,6 +125,9 @@ class PatchSpec:
     probe_needs_vocabulary: bool = False
     # Releases whose code the probe can exercise once patched; elsewhere it reports that it cannot run.
     probe_runs_on: str | None = None  # None: every release
+    # A plugin's behaviour probe: the path of a script with REQUIRES and run(verbose), run in the target
+    # interpreter like verify/probes/probe_<id>.py, which is where a built-in's probe is found instead.
+    probe: str | None = None
     serve_env: tuple[ServeEnv, ...] = ()
     # Non-empty: the patch departs from upstream's behaviour on purpose, so it is left out of the default
     # set and applied only when named (--only, --with, or the hook's stored selection); the text says why.

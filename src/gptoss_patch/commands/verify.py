@@ -60,12 +60,11 @@ def verify(
 
 def _behaviour(report: Report, verbose: bool) -> list:
     from gptoss_patch.verify import behaviour
-    from gptoss_patch.verify.probes import probe_ids
 
     ids = [r.id for r in report.results if r.state in PROBED_STATES and not r.origin]
     if ids:
         render.info(f"Running behaviour probes in {report.installation.python} (imports vLLM there; this takes a while)...")
-    probed = probe_ids()  # patches without a probe have nothing to show: left out of the table
+    probed = behaviour.probed_ids()  # patches without a probe have nothing to show: left out of the table
     with render.spinner("behaviour probes (importing vLLM in the target)"):
         results = behaviour.run(report.installation.python, ids, verbose=verbose, on_start=lambda pid: render.info(f"  probing {pid}"))
     return [p for p in results if p.passed is not None or p.id in probed]

@@ -7,8 +7,6 @@ Import-light on purpose (no libcst, no gitpython, rich only through render on ou
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -51,7 +49,7 @@ def install(source: FromOption = None, directory: DirOption = None, json_output:
     """
     from gptoss_patch import render, vocab
 
-    result = vocab.install(source, directory, downloading=_downloading)
+    result = vocab.install(source, directory, downloading=render.downloading)
     if json_output:
         render.json_out(result.to_json())
         return
@@ -94,16 +92,6 @@ def status(json_output: JsonOption = False) -> None:
             clikit.echo("  fix: gptoss-patch vocab install, then export the variables it prints")
     if not found.ok:
         raise clikit.Exit(1)
-
-
-@contextmanager
-def _downloading(label: str) -> Iterator[None]:
-    """The one download of `vocab install`: a line when it starts, a spinner on a terminal while it runs."""
-    from gptoss_patch import render
-
-    render.info(label[0].upper() + label[1:])
-    with render.spinner(label):
-        yield
 
 
 def _json(payload: dict[str, object]) -> str:

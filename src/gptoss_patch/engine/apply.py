@@ -11,8 +11,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from gptoss_patch.engine.context import Context, decode, encode, open_context
-from gptoss_patch.engine.diff import unified_diff
-from gptoss_patch.engine.ledger import FileEntry, Store
+from gptoss_patch.engine.diff import creation_diff, unified_diff
+from gptoss_patch.engine.ledger import EMPTY, FileEntry, Store
 from gptoss_patch.engine.releases import Identity, identify
 from gptoss_patch.engine.status import judge
 from gptoss_patch.engine.transaction import FilePlan, commit, recover
@@ -118,7 +118,7 @@ def _plan_apply(
         by_file.setdefault(rel, [])
     named = {rel: [(p.name, p.blob) for p in pending if rel in p.files] for rel in by_file}
     plans = [_plan_file(ctx, rel, todo, diff_blobs.get(rel, []), named[rel]) for rel, todo in by_file.items()]
-    diffs = {p.rel: unified_diff(p.rel, p.before or b"", p.after) if dry_run else "" for p in plans}
+    diffs = {p.rel: _shown(p) if dry_run else "" for p in plans}
     done = {s.id for todo in by_file.values() for s in todo} | {p.name for p in pending}
     state, reason = (State.PENDING, "would be patched") if dry_run else (State.APPLIED, "patched")
     results = [
@@ -130,13 +130,24 @@ def _plan_apply(
     return plans, results
 
 
+def _shown(plan: FilePlan) -> str:
+    if plan.before is None:  # created by a user patch
+        return creation_diff(plan.rel, plan.after or b"")
+    return unified_diff(plan.rel, plan.before, plan.after or b"")
+
+
 def _plan_file(
     ctx: Context, rel: str, todo: list[PatchSpec], diff_blobs: list[bytes], named: list[tuple[str, bytes]]
 ) -> FilePlan:
     _refuse_outside_link(ctx.inst, rel)
     before = ctx.on_disk(rel)
     base = ctx.read(rel)
-    assert before is not None and base is not None
+    assert base is not None
+    if before is None:  # a user patch creates it (judge_user checked that it does not exist yet)
+        assert not todo and named
+        user = tuple((name, sha256(blob)) for name, blob in named)
+        made = FileEntry(EMPTY, sha256(base), tuple(n for n, _ in named), 0o644, tuple(sha256(b) for b in diff_blobs), user, True)
+        return FilePlan(rel, None, base, made)
     text = decode(base)
     if text is None:
         raise PatchFailed(f"{rel} is not valid UTF-8; nothing was written")
@@ -155,7 +166,8 @@ def _plan_file(
     diffs = (entry.diffs if entry and same else ()) + tuple(sha256(b) for b in diff_blobs)
     user = (entry.user if entry and same else ()) + tuple((name, sha256(blob)) for name, blob in named)
     ids = (*kept, *(name for name, _ in named), *(s.id for s in todo))
-    return FilePlan(rel, before, after, FileEntry(original, sha256(after), ids, mode, diffs, user))
+    created = bool(entry and same and entry.created)  # another user patch changes a file one created
+    return FilePlan(rel, before, after, FileEntry(original, sha256(after), ids, mode, diffs, user, created))
 
 
 def _refuse_outside_link(inst: Installation, rel: str) -> None:

@@ -3,7 +3,7 @@
 A file is fine when it holds what RECORD says the wheel installed, or exactly what the ledger says
 gptoss-patch wrote (a built-in patch, a user patch, a --with-diff). Anything else is a finding:
 changed (a hand edit nobody captured), missing, or added (a file in the package RECORD does not list;
-bytecode aside).
+bytecode aside). A file a user patch created is in RECORD while it is applied (transaction.py).
 
 Hashing every file of a release (about 1.2 GB, most of it compiled extensions) takes seconds, so, as
 git's index does, a small cache beside gptoss-patch's other caches remembers each file's hash with its
@@ -107,7 +107,8 @@ def added_files(inst: Installation, listed: set[str]) -> list[Finding]:
             rel = Path(folder, name).relative_to(site).as_posix()
             if rel not in listed:
                 found.append(Finding(rel, "added", "in the vllm package but not in RECORD",
-                                     f"remove it, or reinstall ({inst.reinstall_command}); user patches cannot carry new files yet"))
+                                     f"keep it as your own patch: gptoss-patch capture NAME --files {rel}; "
+                                     f"or remove it, or reinstall ({inst.reinstall_command})"))
     return found
 
 

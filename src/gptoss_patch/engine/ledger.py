@@ -31,6 +31,7 @@ DIRNAME = "gptoss_patch"
 FORMAT = 1
 LOCK_TIMEOUT_ENV = "GPTOSS_PATCH_LOCK_TIMEOUT"
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+EMPTY = sha256(b"")  # the `original` of a file a user patch created
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class FileEntry:
     mode: int = 0o644
     diffs: tuple[str, ...] = ()  # blobs of --with-diff and user patch texts applied before the codemods
     user: tuple[tuple[str, str], ...] = ()  # (user patch name, blob of its text): names are in `patches` too
+    created: bool = False  # a user patch created the file (`original` is then the empty blob); RECORD lists it while applied
 
     def user_blob(self, name: str) -> str | None:
         return next((blob for user, blob in self.user if user == name), None)
@@ -58,17 +60,22 @@ class Ledger:
             path: {**asdict(e), "patches": list(e.patches), "diffs": list(e.diffs), "user": [list(u) for u in e.user]}
             for path, e in self.files.items()
         }
+        for entry in files.values():
+            if not entry["created"]:
+                del entry["created"]  # ledgers without created files keep their shape
         return {"format": FORMAT, "vllm_version": self.vllm_version, "files": files}
 
 
 @dataclass(frozen=True)
 class Write:
-    """One planned file replacement (a journal row). `before` is None for a file that did not exist."""
+    """One planned file replacement (a journal row). `before` is None for a file that did not exist,
+    `after` None for a file the row removes (a created file taken out again)."""
 
     path: str
     before: str | None
-    after: str
+    after: str | None
     mode: int
+    created: bool = False  # a file a user patch creates: RECORD lists it exactly while it exists (transaction.py)
 
 
 @dataclass(frozen=True)
@@ -109,6 +116,7 @@ class Store:
                 original=raw["original"], patched=raw["patched"], patches=tuple(raw["patches"]),
                 mode=int(raw.get("mode", 0o644)), diffs=tuple(raw.get("diffs", ())),
                 user=tuple((str(name), str(blob)) for name, blob in raw.get("user", ())),
+                created=raw.get("created", False),
             )
         except (KeyError, TypeError, ValueError):
             raise self._corrupt(f"bad entry for {path}") from None
@@ -116,6 +124,8 @@ class Store:
             raise self._corrupt(f"bad hash for {path}")
         if any(name not in entry.patches or blob not in entry.diffs for name, blob in entry.user):
             raise self._corrupt(f"bad user patch entry for {path}")
+        if not isinstance(entry.created, bool) or (entry.created and (entry.original != EMPTY or not entry.user)):
+            raise self._corrupt(f"bad created entry for {path}")
         if not 0 <= entry.mode <= 0o7777:  # a file mode, nothing else (it is passed to fchmod)
             raise self._corrupt(f"bad mode for {path}")
         return entry
@@ -167,13 +177,14 @@ class Store:
         """The journal's rows, checked like the ledger: paths inside the package, real hashes, a mode."""
         try:
             rows = journal["writes"]
-            writes = [Write(str(r["path"]), r["before"], str(r["after"]), int(r["mode"])) for r in rows]
+            writes = [Write(str(r["path"]), r["before"], r["after"], int(r["mode"]), r.get("created", False)) for r in rows]
         except (KeyError, TypeError, ValueError):
             raise self._corrupt("bad journal") from None
         for w in writes:
             self._checked_path(w.path)
-            hashes = (w.after,) if w.before is None else (w.before, w.after)
-            if not all(isinstance(h, str) and _HEX64.fullmatch(h) for h in hashes) or not 0 <= w.mode <= 0o7777:
+            hashes = tuple(h for h in (w.before, w.after) if h is not None)
+            if not hashes or not all(isinstance(h, str) and _HEX64.fullmatch(h) for h in hashes) or not 0 <= w.mode <= 0o7777 \
+                    or not isinstance(w.created, bool):
                 raise self._corrupt(f"bad journal row for {w.path}")
         return writes
 

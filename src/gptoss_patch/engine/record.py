@@ -69,3 +69,26 @@ def unregister(record: Path, prefix: str) -> None:
     if len(kept) != len(lines):
         atomic_write(record, b"".join(kept))
         faults.reached("record-unregistered", record)
+
+
+def add_rows(record: Path, files: dict[str, bytes]) -> None:
+    """List package files a user patch creates, with their hash and size, as pip lists its own
+    (before creating them): `pip uninstall` removes them with vLLM and `audit` checks them."""
+    known = registered(record)
+    missing = {rel: data for rel, data in files.items() if rel not in known}
+    if not missing:
+        return
+    data = record.read_bytes()
+    if data and not data.endswith(b"\n"):
+        data += b"\n"
+    atomic_write(record, data + "".join(row(rel, body) + "\n" for rel, body in missing.items()).encode())
+    faults.reached("record-registered", record)
+
+
+def drop_rows(record: Path, rels: set[str]) -> None:
+    """Drop the rows of exactly these paths (created files taken out again), the rest byte-identical."""
+    lines = record.read_bytes().splitlines(keepends=True)
+    kept = [line for line in lines if (next(csv.reader([line.decode("utf-8", "replace")]), None) or [""])[0] not in rels]
+    if len(kept) != len(lines):
+        atomic_write(record, b"".join(kept))
+        faults.reached("record-unregistered", record)

@@ -47,12 +47,18 @@ def _plan_revert(ctx: Context, rel: str, entry: FileEntry, wanted: set[str], for
         return None
     current = ctx.read(rel)
     digest = sha256(current) if current is not None else None
-    if digest != entry.patched and not force:
+    gone = entry.created and current is None  # a created file removed by hand: what revert would do anyway
+    if digest != entry.patched and not force and not gone:
         raise Conflict(
             f"{rel} changed after gptoss-patch wrote it (patches: {', '.join(entry.patches)}); nothing was reverted",
             hint="revert --force restores the original anyway, discarding those changes",
         )
     keep = [p for p in entry.patches if p not in wanted]
+    if entry.created:  # a user patch created it: reverting removes it (and its RECORD row)
+        if keep:
+            raise Conflict(f"{rel} was created by {entry.patches[0]}, which other patches change too ({', '.join(keep)}); "
+                           "revert all of them")
+        return FilePlan(rel, current, None, None)
     original = ctx.store.blob(entry.original)
     if not keep:
         return FilePlan(rel, current, original, None)

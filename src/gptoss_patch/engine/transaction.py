@@ -3,6 +3,10 @@
 `commit` stores originals and new bytes, then makes the journal and the ledger durable before any
 target file is replaced, so an interruption at any point is finished by the next command of any
 kind (`recover`, which every command calls first).
+
+A file a user patch creates is a row with no `before`; taking it out again, a row with no `after`.
+RECORD lists a created file (with its hash) from just before it is created until just after it is
+removed, so `pip uninstall` never leaves it behind, and a roll-back removes file and row alike.
 """
 
 from __future__ import annotations
@@ -12,16 +16,17 @@ from dataclasses import dataclass
 from gptoss_patch.engine import faults
 from gptoss_patch.engine.context import Context
 from gptoss_patch.engine.ledger import FileEntry, Ledger, Store, Write
+from gptoss_patch.engine.record import add_rows, drop_rows
 from gptoss_patch.errors import Conflict, WriteFailed
-from gptoss_patch.fsutil import atomic_write, remove_stale_bytecode, sha256
+from gptoss_patch.fsutil import atomic_write, remove_stale_bytecode, sha256, write_failed
 from gptoss_patch.target import Installation
 
 
 @dataclass(frozen=True)
 class FilePlan:
     rel: str
-    before: bytes | None  # on disk now
-    after: bytes
+    before: bytes | None  # on disk now (None: the file does not exist yet)
+    after: bytes | None  # None: the file is removed (a created file taken out again)
     entry: FileEntry | None  # the ledger entry afterwards (None: the file is back to its original)
 
 
@@ -35,7 +40,7 @@ def commit(ctx: Context, op: str, plans: list[FilePlan], diff_blobs: dict[str, l
     extra = [b for blobs in (diff_blobs or {}).values() for b in blobs]
     blobs = list(dict.fromkeys(b for b in (*(p.before for p in plans), *extra, *(p.after for p in plans)) if b is not None))
     ledger = _ledger_after(ctx.ledger, plans)
-    writes = [Write(p.rel, sha256(p.before) if p.before is not None else None, sha256(p.after), _mode(ctx, p)) for p in plans]
+    writes = [Write(p.rel, _digest(p.before), _digest(p.after), _mode(ctx, p), _created(ctx, p)) for p in plans]
     try:
         store.reserve(blobs)
         for blob in blobs:
@@ -47,8 +52,10 @@ def commit(ctx: Context, op: str, plans: list[FilePlan], diff_blobs: dict[str, l
     try:
         store.save(ledger)
         faults.reached("ledger-written")
+        _list_created(ctx.inst, {p.rel: p.after for p, w in zip(plans, writes) if w.created and p.after is not None})
         for plan, write in zip(plans, writes):
             _replace_file(ctx.inst, plan.rel, plan.after, write.mode)
+        _unlist_removed(ctx.inst, writes)
     except WriteFailed as exc:
         _undo(ctx, op, writes, exc)
     store.end(ledger)
@@ -63,12 +70,11 @@ def _undo(ctx: Context, op: str, writes: list[Write], failure: WriteFailed) -> N
     completes the operation once the filesystem accepts writes. Always raises.
     """
     store = ctx.store
-    back = [Write(w.path, w.after, w.before, w.mode) for w in writes if w.before is not None]
+    back = [Write(w.path, w.after, w.before, w.mode, w.created) for w in writes]
     try:
         store.begin(f"roll-back of a failed {op}", back, ctx.ledger)
         store.save(ctx.ledger)
-        for write in back:
-            _roll_forward(ctx.inst, store, write)
+        _finish(ctx.inst, store, back)
         store.end(ctx.ledger)
     except WriteFailed as second:
         raise WriteFailed(
@@ -92,13 +98,56 @@ def _mode(ctx: Context, plan: FilePlan) -> int:
     return plan.entry.mode if plan.entry else ctx.ledger.files[plan.rel].mode
 
 
-def _replace_file(inst: Installation, rel: str, data: bytes, mode: int) -> None:
+def _digest(data: bytes | None) -> str | None:
+    return sha256(data) if data is not None else None
+
+
+def _replace_file(inst: Installation, rel: str, data: bytes | None, mode: int) -> None:
     path = inst.site_packages / rel
     faults.reached("before-file", path)
-    atomic_write(path, data, mode)
+    if data is None:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:
+            raise write_failed(path, exc) from None
+    else:
+        atomic_write(path, data, mode)
     faults.reached("file-replaced", path)
     remove_stale_bytecode(path)
     faults.reached("after-file", path)
+
+
+def _created(ctx: Context, plan: FilePlan) -> bool:
+    """Whether the row is about a file a user patch creates (in the ledger before or after)."""
+    old = ctx.ledger.files.get(plan.rel)
+    return bool((plan.entry is not None and plan.entry.created) or (old is not None and old.created))
+
+
+def _list_created(inst: Installation, rows: dict[str, bytes]) -> None:
+    """RECORD rows (hash and size) for the files user patches create, before they are created."""
+    if rows:
+        try:
+            add_rows(inst.record, rows)
+        except OSError as exc:
+            raise write_failed(inst.record, exc) from None
+
+
+def _unlist_removed(inst: Installation, writes: list[Write]) -> None:
+    """Drop the RECORD rows of the files the transaction removed, once they are gone."""
+    gone = {w.path for w in writes if w.after is None and w.created}
+    if gone:
+        try:
+            drop_rows(inst.record, gone)
+        except OSError as exc:
+            raise write_failed(inst.record, exc) from None
+
+
+def _finish(inst: Installation, store: Store, writes: list[Write]) -> None:
+    """Roll every row forward (a journal's, or a roll-back's), with the RECORD rows of created files."""
+    _list_created(inst, {w.path: store.blob(w.after) for w in writes if w.after is not None and w.created})
+    for write in writes:
+        _roll_forward(inst, store, write)
+    _unlist_removed(inst, writes)
 
 
 def recover(inst: Installation, *, locked: bool = False) -> tuple[str, ...]:
@@ -114,8 +163,7 @@ def recover(inst: Installation, *, locked: bool = False) -> tuple[str, ...]:
         if store.tidy():
             return ("removed the leftover ledger files of an interrupted gptoss-patch run; no vllm file needed to change",)
         return ()
-    for write in journal.writes:
-        _roll_forward(inst, store, write)
+    _finish(inst, store, journal.writes)
     store.save(journal.ledger)
     store.end(journal.ledger)
     store.remove_strays()
@@ -126,11 +174,11 @@ def _roll_forward(inst: Installation, store: Store, write: Write) -> None:
     path = inst.site_packages / write.path  # journal rows were checked when read; roll-back rows are ours
     current = sha256(path.read_bytes()) if path.exists() else None
     if current == write.after:
-        remove_stale_bytecode(path)  # a kill may have come between the rename and this
+        remove_stale_bytecode(path)  # a kill may have come between the rename (or removal) and this
         return
     if current != write.before:
         raise Conflict(
             f"an interrupted run left {write.path} with unexpected content (sha256 {str(current)[:12]}); nothing was written",
             hint=f"reinstall vllm ({inst.reinstall_command}) and apply again",
         )
-    _replace_file(inst, write.path, store.blob(write.after), write.mode)
+    _replace_file(inst, write.path, store.blob(write.after) if write.after is not None else None, write.mode)

@@ -9,11 +9,15 @@ States: applied (the ledger proves it, or its changes are already in the files),
 to the files as they are), out-of-range (the version is outside its header's range), conflict (it no
 longer applies here: the reason names the first failing hunk; or its file changed since it was
 applied), modified (a file it wrote was edited since).
+
+A patch may create files (`--- /dev/null`): pending only while the file does not exist, in a folder
+that does; the ledger marks the entry `created`, so revert removes the file (transaction.py).
 """
 
 from __future__ import annotations
 
 from gptoss_patch.engine.context import Context
+from gptoss_patch.engine.record import read_hashes
 from gptoss_patch.engine.withdiff import DoesNotApply, git_apply
 from gptoss_patch.errors import Conflict
 from gptoss_patch.fsutil import sha256
@@ -39,11 +43,15 @@ def judge_user(patch: UserPatch, ctx: Context) -> PatchResult:
     current: dict[str, bytes] = {}
     for rel in files:
         data = ctx.read(rel)
+        if rel in patch.created:
+            if (why := _cannot_create(patch, ctx, rel, data)) is not None:
+                return result(State.CONFLICT, why)
+            continue
         if data is None:
             return result(State.CONFLICT, f"{rel} does not exist in vllm {version}")
         current[rel] = rebase(ctx, rel) or data
     try:
-        git_apply(patch.text, current)
+        git_apply(patch.text, current, new=patch.created)
     except DoesNotApply as exc:
         try:
             git_apply(patch.text, current, reverse=True)
@@ -51,6 +59,24 @@ def judge_user(patch: UserPatch, ctx: Context) -> PatchResult:
             return result(State.CONFLICT, f"does not apply to vllm {version}: {exc}")
         return result(State.APPLIED, "its changes are in the files (not written by gptoss-patch here: revert cannot remove them)")
     return result(State.PENDING, f"applies to vllm {version}")
+
+
+def _cannot_create(patch: UserPatch, ctx: Context, rel: str, data: bytes | None) -> str | None:
+    """Why the patch cannot create `rel` here (None: it can). An existing file is never taken over:
+    the ledger (checked before) proves the files gptoss-patch created."""
+    version = ctx.inst.version
+    if data is not None:
+        try:
+            same = git_apply(patch.text, {}, include=rel, new=(rel,))[rel] == data
+        except DoesNotApply:
+            same = False
+        how = "with the content it would create, but gptoss-patch did not create it" if same else "with other content"
+        return f"it creates {rel}, which exists already in vllm {version} ({how}); remove the file or take it out of the patch"
+    if not (ctx.inst.site_packages / rel).parent.is_dir():
+        return f"it creates {rel}, but its folder does not exist in vllm {version} (user patches create files in existing folders)"
+    if rel in read_hashes(ctx.inst.record, {rel}):
+        return f"it creates {rel}, which vllm's RECORD lists but is missing; reinstall vllm ({ctx.inst.reinstall_command})"
+    return None
 
 
 def _recorded(patch: UserPatch, ctx: Context) -> tuple[State, str] | None:
@@ -64,6 +90,8 @@ def _recorded(patch: UserPatch, ctx: Context) -> tuple[State, str] | None:
         digest = sha256(data) if data is not None else None
         if digest == entry.original:
             return None  # back to the bytes before gptoss-patch wrote it: judged by content, like a built-in
+        if digest is None and entry.created:
+            return State.MODIFIED, f"{rel} was removed after gptoss-patch created it; revert it (revert --only {patch.name}) and apply again"
         if digest != entry.patched:
             return State.MODIFIED, f"{rel} changed after gptoss-patch wrote it (sha256 {str(digest)[:12]}, wrote {entry.patched[:12]})"
         if entry.user_blob(patch.name) != sha256(patch.blob):
@@ -98,9 +126,10 @@ def overlay(ctx: Context, patches: list[UserPatch], start: dict[str, bytes]) -> 
     """The files after applying `patches` in order on top of `start` (else the bytes on disk)."""
     files = dict(start)
     for patch in patches:
-        current = {rel: files[rel] if rel in files else rebase(ctx, rel) or ctx.on_disk(rel) or b"" for rel in patch.files}
+        current = {rel: files[rel] if rel in files else rebase(ctx, rel) or ctx.on_disk(rel) or b""
+                   for rel in patch.files if rel not in patch.created}
         try:
-            files.update(git_apply(patch.text, current))
+            files.update(git_apply(patch.text, current, new=patch.created))
         except DoesNotApply as exc:  # it applies alone (judge_user), but not after the user patches before it
             raise Conflict(
                 f"user patch {patch.name} does not apply on top of the user patches before it: {exc}; nothing was written",

@@ -86,11 +86,13 @@ class DoesNotApply(Exception):
 
 
 def git_apply(
-    diff_text: str, files: dict[str, bytes], *, reverse: bool = False, include: str | None = None, zero_context: bool = False
+    diff_text: str, files: dict[str, bytes], *, reverse: bool = False, include: str | None = None, zero_context: bool = False,
+    new: tuple[str, ...] = (),
 ) -> dict[str, bytes]:
     """Apply (or, reversed, take out) a diff to in-memory files, in a scratch directory; nothing else is touched.
 
-    With `include`, only that file's part of the diff (a diff may change several files)."""
+    With `include`, only that file's part of the diff (a diff may change several files). `new`: files
+    the diff creates (absent from `files`; their parent folders are made in the scratch copy)."""
     import git
 
     with tempfile.TemporaryDirectory(prefix="gptoss-patch-diff-") as scratch:
@@ -98,6 +100,8 @@ def git_apply(
         for rel, data in files.items():
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
             (root / rel).write_bytes(data)
+        for rel in new:
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / ".patch").write_text(diff_text, encoding="utf-8")
         runner = git.Git(str(root))
         flags = (["-R"] if reverse else []) + ([f"--include={include}"] if include else [])
@@ -107,7 +111,7 @@ def git_apply(
             runner.apply("-p1", *flags, ".patch")
         except git.GitCommandError as exc:
             raise DoesNotApply(_git_reason(str(exc.stderr))) from None
-        return {rel: (root / rel).read_bytes() for rel in files}
+        return {rel: (root / rel).read_bytes() for rel in (*files, *new)}
 
 
 def _git_reason(stderr: str) -> str:

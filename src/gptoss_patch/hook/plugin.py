@@ -139,7 +139,8 @@ def _valid_entry(entry: object) -> bool:
         ids = entry["patches"]  # type: ignore[index]
     except (KeyError, TypeError):
         return False
-    return all(isinstance(h, str) and len(h) == 64 for h in hashes) and isinstance(ids, list)
+    created = entry.get("created", False)  # type: ignore[attr-defined]  # a file a user patch created
+    return all(isinstance(h, str) and len(h) == 64 for h in hashes) and isinstance(ids, list) and isinstance(created, bool)
 
 
 def _claims(verdict: Verdict, ledger: dict | None, state: dict | None) -> dict[str, tuple[str, list[str], str | None]]:

@@ -59,10 +59,23 @@ def run(
     ids = list(dict.fromkeys(patch_ids))
     env, vocab_problem = probe_environment(os.environ)
     blocked = {pid: _vocab_blocked(pid, vocab_problem) for pid in ids if vocab_problem and needs_vocabulary(pid)}
-    probed = probe_ids()
+    files = plugin_probes()
+    probed = probe_ids() | set(files)
     runnable = [pid for pid in ids if pid in probed and pid not in blocked]
-    ran = _run_probes(python, runnable, env, verbose, on_start) if runnable else {}
+    ran = _run_probes(python, runnable, env, verbose, on_start, {p: files[p] for p in runnable if p in files}) if runnable else {}
     return [blocked.get(pid) or ran.get(pid) or ProbeResult(pid, None, NO_PROBE) for pid in ids]
+
+
+def plugin_probes() -> dict[str, str]:
+    """id -> probe script of each plugin patch that ships one (PatchSpec.probe); a built-in's probe is
+    verify/probes/probe_<id>.py, which a plugin cannot shadow."""
+    builtin = probe_ids()
+    return {spec.id: spec.probe for spec in by_id().values() if spec.probe and spec.id not in builtin}
+
+
+def probed_ids() -> frozenset[str]:
+    """Every patch id with a behaviour probe, built-in or plugin."""
+    return probe_ids() | frozenset(plugin_probes())
 
 
 def needs_vocabulary(patch_id: str) -> bool:
@@ -95,10 +108,11 @@ def _vocab_blocked(probe_id: str, reason: str | None) -> ProbeResult:
 
 
 def _run_probes(
-    python: str, ids: list[str], env: dict[str, str], verbose: bool, on_start: Callable[[str], None] | None = None
+    python: str, ids: list[str], env: dict[str, str], verbose: bool, on_start: Callable[[str], None] | None = None,
+    files: Mapping[str, str] | None = None,
 ) -> dict[str, ProbeResult]:
     # -B: the probe process writes nothing, not even bytecode (into the target or into our package).
-    command = [python, "-B", str(RUNNER), json.dumps({"probes": ids, "verbose": verbose})]
+    command = [python, "-B", str(RUNNER), json.dumps({"probes": ids, "verbose": verbose, "files": dict(files or {})})]
     try:
         stdout, stderr, code = _streamed(command, env, on_start)
     except OSError as exc:

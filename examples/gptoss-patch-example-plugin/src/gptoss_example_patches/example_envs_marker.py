@@ -2,12 +2,13 @@
 
 It shows the whole contract of a patch another package ships: a module whose SPEC is a PatchSpec with
 the entry point's name as id, bands naming the target file per vLLM range, a codemod built on
-gptoss_patch.patches._base.PatchCodemod (imported lazily: `status` must not import libcst), and a
-text detector of the patched shape.
+gptoss_patch.patches._base.PatchCodemod (imported lazily: `status` must not import libcst), a
+text detector of the patched shape, and a behaviour probe that `verify --behaviour` runs in the target.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gptoss_patch.spec import Band, PackageView, PatchSpec, module_id
@@ -49,4 +50,5 @@ SPEC = PatchSpec(
     bands=(Band(">=0.15.1", "envs.py"),),
     codemod=codemod,
     is_applied=is_applied,
+    probe=str(Path(__file__).with_name("probe_example_envs_marker.py")),  # verify --behaviour runs it in the target
 )
