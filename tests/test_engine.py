@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from gptoss_patch import engine
-from gptoss_patch.engine import faults
 from gptoss_patch.engine.ledger import Store
 from gptoss_patch.engine.record import read_hashes
 from gptoss_patch.errors import Conflict, PatchFailed, TargetError, WriteFailed
@@ -20,6 +19,7 @@ from gptoss_patch.fsutil import sha256
 from gptoss_patch.spec import Selection, State
 from tests.support import fakesite
 from tests.support.fakesite import MARLIN_REL, SERVING_REL
+from tests.support.injected import injected
 
 
 @pytest.fixture
@@ -166,12 +166,8 @@ def test_unwritable_target_directory_is_refused_untouched(inst, monkeypatch):
         if step == "before-rename":
             raise PermissionError(13, "Permission denied")
 
-    faults.install(deny)
-    try:
-        with pytest.raises(WriteFailed, match="permission denied"):
-            engine.apply(inst)
-    finally:
-        faults.install(None)
+    with injected(deny), pytest.raises(WriteFailed, match="permission denied"):
+        engine.apply(inst)
 
 
 def test_interrupted_apply_is_completed_by_the_next_status(inst):
@@ -179,12 +175,8 @@ def test_interrupted_apply_is_completed_by_the_next_status(inst):
         if step == "after-file":
             raise KeyboardInterrupt  # stands in for a kill; tests/test_faults.py uses SIGKILL
 
-    faults.install(crash)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            engine.apply(inst)
-    finally:
-        faults.install(None)
+    with injected(crash), pytest.raises(KeyboardInterrupt):
+        engine.apply(inst)
     report = engine.status(inst)
     assert report.notices and "completed an interrupted apply" in report.notices[0]
     assert states(report)["harmony_instructions"] == states(report)["marlin_atomic_add_sm121"] == "applied"

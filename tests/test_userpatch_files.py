@@ -20,8 +20,9 @@ from gptoss_patch.engine.record import read_hashes
 from gptoss_patch.errors import WriteFailed
 from gptoss_patch.hook import plugin
 from gptoss_patch.userpatches import load_dirs
+from tests.support.injected import injected
 from tests.support.markers import needs
-from tests.test_userpatches import ENVS, ENVS_REL, build, edit, run, snapshot, states
+from tests.test_userpatches import ENVS, ENVS_REL, assert_refused_at_load, build, edit, run, snapshot, states
 
 NEW_REL = "vllm/local_helpers.py"
 NEW = "def answer() -> int:\n    return 42\n"
@@ -157,12 +158,8 @@ def test_a_failed_write_rolls_the_creation_back_file_and_record_row_alike(site):
         if step == "before-rename" and created and path == envs:
             raise PermissionError(13, "Permission denied")
 
-    faults.install(deny)
-    try:
-        with pytest.raises(WriteFailed, match="permission denied"):
-            engine.apply(inst, user=user)
-    finally:
-        faults.install(None)
+    with injected(deny), pytest.raises(WriteFailed, match="permission denied"):
+        engine.apply(inst, user=user)
     assert created, "the new file was written before the failure"
     assert snapshot(inst) == before
     assert not (inst.site_packages / NEW_REL).exists() and NEW_REL not in read_hashes(inst.record)
@@ -180,12 +177,8 @@ def test_a_crash_mid_creation_is_completed_by_the_next_command(site, step):
                 return  # the ledger's own rows: not yet the new file's
             raise KeyboardInterrupt  # stands in for a kill; tests/test_faults.py uses SIGKILL
 
-    faults.install(crash)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            engine.apply(inst, user=user)
-    finally:
-        faults.install(None)
+    with injected(crash), pytest.raises(KeyboardInterrupt):
+        engine.apply(inst, user=user)
     report = engine.status(inst)
     assert report.notices and "completed an interrupted apply" in report.notices[0]
     assert (inst.site_packages / NEW_REL).read_text() == NEW and NEW_REL in read_hashes(inst.record)
@@ -202,12 +195,8 @@ def test_a_crash_mid_revert_removes_the_file_and_its_row_on_the_next_command(sit
         if at == "file-replaced" and path is not None and path.name == "local_helpers.py":
             raise KeyboardInterrupt
 
-    faults.install(crash)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            engine.revert(inst)
-    finally:
-        faults.install(None)
+    with injected(crash), pytest.raises(KeyboardInterrupt):
+        engine.revert(inst)
     assert not (inst.site_packages / NEW_REL).exists() and NEW_REL in read_hashes(inst.record)  # mid-way
     report = engine.status(inst)
     assert report.notices and "completed an interrupted revert" in report.notices[0]
@@ -225,13 +214,7 @@ def test_a_crash_mid_revert_removes_the_file_and_its_row_on_the_next_command(sit
 )
 def test_bad_creations_and_deletions_are_refused_at_load_with_one_line(site, body, why):
     inst, venv, patches = site
-    (patches / "bad.diff").write_text("# vllm: ==0.17.1\n" + body)
-    before = snapshot(inst)
-    for command in ("status", "apply", "revert"):
-        result = run(command, "--venv", str(venv), "--patch-dir", str(patches))
-        assert result.exit_code == 2, (command, result.stderr)
-        assert why in result.stderr.splitlines()[0], result.stderr
-    assert snapshot(inst) == before
+    assert_refused_at_load(inst, venv, patches, body, why)
 
 
 def test_capture_says_when_it_sees_a_deleted_file(site, tmp_path):
@@ -557,12 +540,8 @@ def test_a_failed_revert_force_that_restored_a_missing_file_keeps_its_record_row
         if step == "before-rename" and len(seen) == 2 and path == seen[1]:
             raise PermissionError(13, "Permission denied")
 
-    faults.install(deny)
-    try:
-        with pytest.raises(WriteFailed, match="permission denied"):
-            engine.revert(inst, force=True)
-    finally:
-        faults.install(None)
+    with injected(deny), pytest.raises(WriteFailed, match="permission denied"):
+        engine.revert(inst, force=True)
     assert len(seen) >= 2  # the second write failed (then the roll-back wrote)
     assert inst.record.read_bytes() == record and snapshot(inst) == before
 

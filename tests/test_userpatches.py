@@ -54,6 +54,18 @@ def snapshot(inst) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
 
 
+def assert_refused_at_load(inst, venv: Path, patches: Path, body: str, why: str) -> None:
+    """A patch file with `body` makes status, apply and revert exit 2 with `why` in one line, writing nothing."""
+    (patches / "bad.diff").write_text("# vllm: ==0.17.1\n" + body)
+    before = snapshot(inst)
+    for command in ("status", "apply", "revert"):
+        result = run(command, "--venv", str(venv), "--patch-dir", str(patches))
+        assert result.exit_code == 2, (command, result.stderr)
+        assert why in result.stderr.splitlines()[0], result.stderr
+    assert snapshot(inst) == before
+
+
+
 def states(venv: Path, *extra: str) -> dict[str, str]:
     result = run("status", "--venv", str(venv), "--json", *extra)
     return {p["id"]: p["state"] for p in json.loads(result.stdout)["patches"]}
@@ -233,13 +245,7 @@ def test_user_patch_on_the_lines_a_built_in_rewrites_is_a_conflict_naming_both(s
 )
 def test_bad_patch_files_are_refused_at_load_with_one_line(site, body, why):
     inst, venv, wheel, patches = site
-    (patches / "bad.diff").write_text("# vllm: ==0.17.1\n" + body)
-    before = snapshot(inst)
-    for command in ("status", "apply", "revert"):
-        result = run(command, "--venv", str(venv), "--patch-dir", str(patches))
-        assert result.exit_code == 2, (command, result.stderr)
-        assert why in result.stderr.splitlines()[0], result.stderr
-    assert snapshot(inst) == before
+    assert_refused_at_load(inst, venv, patches, body, why)
 
 
 def test_not_utf8_missing_header_and_duplicate_names_are_usage_errors(site, tmp_path):
