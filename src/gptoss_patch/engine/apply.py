@@ -14,7 +14,7 @@ from gptoss_patch.engine.context import Context, decode, encode, open_context
 from gptoss_patch.engine.diff import creation_diff, unified_diff
 from gptoss_patch.engine.ledger import EMPTY, FileEntry, Store
 from gptoss_patch.engine.releases import Identity, identify
-from gptoss_patch.engine.status import judge
+from gptoss_patch.engine.status import clashes, judge
 from gptoss_patch.engine.transaction import FilePlan, commit, recover
 from gptoss_patch.engine.userdiffs import judge_user
 from gptoss_patch.errors import Conflict, PatchFailed, TargetError
@@ -75,15 +75,13 @@ def _context_with_diffs(
 
 
 def _refuse_clashes(plain: Context, results: list[PatchResult], pending: list[UserPatch]) -> None:
-    """A built-in that drifts only on top of a user patch: the two change the same lines."""
-    for r in results:
-        users = [p.name for p in pending if r.file in p.files]
-        if r.state is State.DRIFTED and users and judge(by_id()[r.id], plain).state is not State.DRIFTED:
-            raise Conflict(
-                f"user patch {', '.join(users)} and built-in patch {r.id} change the same code in {r.file} "
-                f"({r.reason}); nothing was written",
-                hint=f"fix the user patch, or leave one out with --skip {users[0]} or --skip {r.id}",
-            )
+    """A built-in that drifts only on top of a user patch: the two change the same lines (status.clashes)."""
+    for clash in clashes(plain, results, pending):
+        raise Conflict(
+            f"user patch {', '.join(clash.users)} and built-in patch {clash.builtin} change the same code in "
+            f"{clash.file} ({clash.reason}); nothing was written",
+            hint=f"fix the user patch, or leave one out with --skip {clash.users[0]} or --skip {clash.builtin}",
+        )
 
 
 def _refuse_failures(results: list[PatchResult]) -> None:

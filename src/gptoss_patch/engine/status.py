@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from packaging.version import Version
 
@@ -40,18 +40,36 @@ def _clash(patch: UserPatch, result: PatchResult, ctx: Context, builtins: list[P
     """A pending user patch on which a built-in codemod would drift: they change the same code (apply refuses)."""
     if result.state is not State.PENDING:
         return result
-    shared = [r for r in builtins if r.file in patch.files and r.state in (State.PENDING, State.APPLIED)]
+    shared = [by_id()[r.id] for r in builtins if r.file in patch.files and r.state in (State.PENDING, State.APPLIED)]
     if not shared:
         return result
     from gptoss_patch.engine.userdiffs import overlay
 
     on_top = open_context(ctx.inst, overlay(ctx, [patch], {}))
-    for r in shared:
-        after = judge(by_id()[r.id], on_top)
-        if after.state is State.DRIFTED:
-            reason = f"changes the code built-in patch {r.id} rewrites in {r.file} ({after.reason})"
-            return replace(result, state=State.CONFLICT, reason=reason)
+    for clash in clashes(ctx, [judge(spec, on_top) for spec in shared], [patch]):
+        reason = f"changes the code built-in patch {clash.builtin} rewrites in {clash.file} ({clash.reason})"
+        return replace(result, state=State.CONFLICT, reason=reason)
     return result
+
+
+@dataclass(frozen=True)
+class Clash:
+    users: tuple[str, ...]  # the pending user patches that change the built-in's file
+    builtin: str
+    file: str | None
+    reason: str  # why the built-in drifts on top of them
+
+
+def clashes(plain: Context, on_top: Sequence[PatchResult], pending: Sequence[UserPatch]) -> list[Clash]:
+    """Built-ins that drift on top of the pending user patches but not on the files as they are: the two
+    change the same code. One rule for `status` (which marks the user patch `conflict`) and `apply` (which
+    refuses and writes nothing)."""
+    found = []
+    for result in on_top:
+        users = tuple(p.name for p in pending if result.file in p.files)
+        if result.state is State.DRIFTED and users and judge(by_id()[result.id], plain).state is not State.DRIFTED:
+            found.append(Clash(users, result.id, result.file, result.reason))
+    return found
 
 
 RUST_FRONTEND_FROM = Version("0.22.0")  # the first release whose envs.py defines it
