@@ -122,11 +122,12 @@ def test_creating_a_file_that_exists_is_a_conflict_naming_it_and_nothing_is_writ
         assert snapshot(inst) == before and not (inst.dist_info / "gptoss_patch").exists()
 
 
-def test_a_file_in_a_missing_folder_or_removed_after_creation_is_reported(site):
+def test_a_file_under_a_file_or_removed_after_creation_is_reported(site):
     inst, venv, patches = site
-    (patches / "helpers.diff").write_text(creation("vllm/nowhere/helpers.py"))
+    (patches / "helpers.diff").write_text(creation("vllm/envs.py/helpers.py"))
     status = json.loads(run("status", "--venv", str(venv), "--json", "--patch-dir", str(patches)).stdout)
-    assert "its folder does not exist" in next(p for p in status["patches"] if p["id"] == "helpers")["reason"]
+    mine = next(p for p in status["patches"] if p["id"] == "helpers")
+    assert mine["state"] == "conflict" and "but vllm/envs.py is a file in vllm 0.17.1, not a folder" in mine["reason"]
     (patches / "helpers.diff").write_text(creation())
     assert run("apply", "--venv", str(venv), "--patch-dir", str(patches)).exit_code == 0
     (inst.site_packages / NEW_REL).unlink()
@@ -546,14 +547,35 @@ def test_a_failed_revert_force_that_restored_a_missing_file_keeps_its_record_row
     assert inst.record.read_bytes() == record and snapshot(inst) == before
 
 
-def test_capture_leaves_out_a_new_file_in_a_new_folder_and_says_so(site):
+def test_a_new_file_in_new_folders_is_captured_created_with_its_folders_and_removed_with_them(site, tmp_path):
     inst, venv, patches = site
-    (inst.site_packages / "vllm" / "mine").mkdir()
-    (inst.site_packages / "vllm" / "mine" / "tool.py").write_text("x = 1\n")
+    package = inst.site_packages / "vllm"
+    (package / "mine" / "tools").mkdir(parents=True)
+    (package / "mine" / "tools" / "tool.py").write_text(NEW)
+    (package / "mine" / "tools" / "__pycache__").mkdir()
+    (package / "mine" / "tools" / "__pycache__" / "tool.cpython-311.pyc").write_bytes(b"\x00")  # not captured, not reported
     result = run("capture", "mine", "--dir", str(patches), "--venv", str(venv))
-    assert result.exit_code == 1, result.stderr
-    assert "vllm/mine/tool.py is a new file in a new folder: not captured" in result.stderr
-    assert not list(patches.iterdir())
+    assert result.exit_code == 0, result.stderr
+    assert "vllm/mine/tools/tool.py (new)" in result.stderr and "not captured" not in result.stderr
+    assert "+++ b/vllm/mine/tools/tool.py\n" in (patches / "mine.diff").read_text()
+
+    # revert takes the file out, and the folders it leaves empty (its stale __pycache__ with them)
+    assert run("revert", "--venv", str(venv), "--only", "mine").exit_code == 0
+    assert not (package / "mine").exists()
+    assert states(venv, "--patch-dir", str(patches))["mine"] == "pending"
+
+    # apply makes the folders again; pip uninstall leaves neither file nor folder behind
+    pristine_record = inst.record.read_bytes()
+    assert run("apply", "--venv", str(venv), "--patch-dir", str(patches)).exit_code == 0
+    assert (package / "mine" / "tools" / "tool.py").read_text() == NEW
+    assert states(venv, "--patch-dir", str(patches))["mine"] == "applied"
+    assert run("audit", "--venv", str(venv)).exit_code == 0
+    assert run("revert", "--venv", str(venv)).exit_code == 0
+    assert not (package / "mine").exists() and inst.record.read_bytes() == pristine_record
+    assert run("apply", "--venv", str(venv), "--patch-dir", str(patches)).exit_code == 0
+    gone = pip("--python", inst.python, "uninstall", "-y", "vllm")
+    assert gone.returncode == 0, gone.stdout + gone.stderr
+    assert not (package / "mine").exists()
 
 
 def test_hunk_lines_that_look_like_file_headers_are_content(site):

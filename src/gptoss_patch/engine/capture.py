@@ -115,14 +115,11 @@ def _new_files(
 ) -> tuple[dict[str, bytes], tuple[tuple[str, str], ...]]:
     """rel -> bytes of each new text file in the package (not in RECORD), and the new files left out."""
     found = [f.path for f in added_files(inst, set(rows))] if wanted is None else [r for r in wanted if r not in rows]
-    folders = {rel.rpartition("/")[0] for rel in rows}  # the folders the release installed
     new: dict[str, bytes] = {}
     skipped: list[tuple[str, str]] = []
     for rel in found:
         data = (inst.site_packages / rel).read_bytes()
-        if rel.rpartition("/")[0] not in folders:
-            skipped.append((rel, "is a new file in a new folder: not captured (user patches create files in the release's folders)"))
-        elif not data:
+        if not data:
             skipped.append((rel, "is a new empty file: not captured (a patch cannot create an empty file)"))
         elif decode(data) is None:
             skipped.append((rel, "is a new file that is not UTF-8 text: not captured (a patch holds text only)"))

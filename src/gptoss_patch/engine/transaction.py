@@ -4,7 +4,8 @@
 target file is replaced, so an interruption at any point is finished by the next command of any
 kind (`recover`, which every command calls first).
 
-A file a user patch creates is a row with no `before`; taking it out again, a row with no `after`.
+A file a user patch creates is a row with no `before` (its missing folders are made first); taking it out
+again, a row with no `after` (and the folders that leaves empty go too).
 RECORD lists a created file (with its hash) from just before it is created until just after it is
 removed, so `pip uninstall` never leaves it behind, and a roll-back removes file and row alike.
 """
@@ -12,6 +13,7 @@ removed, so `pip uninstall` never leaves it behind, and a roll-back removes file
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from gptoss_patch.engine import faults
 from gptoss_patch.engine.context import Context
@@ -111,10 +113,30 @@ def _replace_file(inst: Installation, rel: str, data: bytes | None, mode: int) -
         except OSError as exc:
             raise write_failed(path, exc) from None
     else:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)  # a created file's new folders (userdiffs)
+        except OSError as exc:
+            raise write_failed(path.parent, exc) from None
         atomic_write(path, data, mode)
     faults.reached("file-replaced", path)
     remove_stale_bytecode(path)
+    if data is None:
+        _prune_empty_folders(path.parent, inst.package_root)
     faults.reached("after-file", path)
+
+
+def _prune_empty_folders(folder: Path, package_root: Path) -> None:
+    """Remove the folders a removed created file leaves empty (their own stale __pycache__ included), up to
+    the package's root. A wheel installs no empty folder, so an empty one here can only be a created file's."""
+    while folder != package_root and package_root in folder.parents:
+        cache = folder / "__pycache__"
+        try:
+            if cache.is_dir() and not any(cache.iterdir()):
+                cache.rmdir()
+            folder.rmdir()  # fails while anything else is in it: then the folders above hold files too
+        except OSError:
+            return
+        folder = folder.parent
 
 
 def _created(ctx: Context, plan: FilePlan) -> bool:

@@ -10,8 +10,9 @@ to the files as they are), out-of-range (the version is outside its header's ran
 longer applies here: the reason names the first failing hunk; or its file changed since it was
 applied), modified (a file it wrote was edited since).
 
-A patch may create files (`--- /dev/null`): pending only while the file does not exist, in a folder
-that does; the ledger marks the entry `created`, so revert removes the file (transaction.py).
+A patch may create files (`--- /dev/null`): pending only while the file does not exist (missing folders
+inside the package are created with it); the ledger marks the entry `created`, so revert removes the
+file, and the folders it emptied (transaction.py).
 """
 
 from __future__ import annotations
@@ -72,10 +73,22 @@ def _cannot_create(patch: UserPatch, ctx: Context, rel: str, data: bytes | None)
             same = False
         how = "with the content it would create, but gptoss-patch did not create it" if same else "with other content"
         return f"it creates {rel}, which exists already in vllm {version} ({how}); remove the file or take it out of the patch"
-    if not (ctx.inst.site_packages / rel).parent.is_dir():
-        return f"it creates {rel}, but its folder does not exist in vllm {version} (user patches create files in existing folders)"
+    blocked = _file_in_the_way(ctx, rel)
+    if blocked:
+        return f"it creates {rel}, but {blocked} is a file in vllm {version}, not a folder"
     if rel in read_hashes(ctx.inst.record, {rel}):
         return f"it creates {rel}, which vllm's RECORD lists but is missing; reinstall vllm ({ctx.inst.reinstall_command})"
+    return None
+
+
+def _file_in_the_way(ctx: Context, rel: str) -> str | None:
+    """The first folder on `rel`'s path that exists as something else (missing folders are created)."""
+    parts = rel.split("/")[:-1]
+    for depth in range(1, len(parts) + 1):
+        folder = "/".join(parts[:depth])
+        path = ctx.inst.site_packages / folder
+        if path.exists() and not path.is_dir():
+            return folder
     return None
 
 
