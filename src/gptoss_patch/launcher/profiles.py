@@ -173,7 +173,7 @@ def hopper_marlin(caps: Capabilities) -> Setting | str:
     if not (caps.moe.honours_moe_backend and "marlin" in caps.moe.choices and caps.has_flag("--moe-backend")):
         return f"MXFP4 MoE backend left to vLLM: {caps.version}'s MXFP4 selector does not take --moe-backend marlin"
     why = (
-        "SM90: Marlin's MXFP4 MoE kernel instead of the Triton one vLLM picks on Hopper: +26 % generation at 1 stream, "
+        "SM90: Marlin's MXFP4 MoE kernel instead of the Triton one vLLM picks on Hopper: +27 % generation at 1 stream, "
         "+17 % at 10, +48 % at 64 on an H100 with vLLM 0.20.2 (docs/performance.md); pass --moe-backend after -- to choose"
     )
     return Setting.flag("--moe-backend", "marlin", why=why)
