@@ -1,4 +1,4 @@
-"""Pre-flight checks for gpt-oss on recent vLLM (G26-G31), on installs of the real 0.17.1, 0.22.1 and 0.33.0 wheels.
+"""Pre-flight checks for gpt-oss on recent vLLM (G26-G32), on installs of the real 0.17.1, 0.22.1 and 0.33.0 wheels.
 
 What the checks read from vLLM (its METADATA, envs.py, the serve flags) comes from those wheels; the
 openai_harmony providers are built here in the shape both real providers install (two files under
@@ -216,5 +216,74 @@ def test_every_issue_these_checks_print_is_in_the_catalogue():
     text = (Path(__file__).resolve().parents[2] / "docs" / "known-issues.md").read_text()
     source = Path(serving_traps.__file__).read_text()
     printed = sorted(set(re.findall(r'issue="(G\d\d)"', source)))
-    assert printed == ["G26", "G27", "G28", "G29", "G30", "G31"]
+    assert printed == ["G26", "G27", "G28", "G29", "G30", "G31", "G32"]
     assert all(f'<a id="{g.lower()}"></a>' in text for g in printed)
+
+
+# -- G32: FlashInfer's SM90 MoE kernel is compiled on the first start --------------------------------
+
+FORCED_FLASHINFER = ("--moe-backend", "flashinfer_cutlass")
+
+
+def add_flashinfer(site: Path, project: str = "flashinfer_python", version: str = "0.6.8.post1") -> None:
+    """A FlashInfer distribution as pip leaves it: only its .dist-info is read."""
+    dist_info = site / f"{project}-{version}.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project.replace('_', '-')}\nVersion: {version}\n")
+
+
+def compiled_module(base: Path, version: str = "0.6.8.post1", archs: str = "90a") -> Path:
+    library = base / ".cache" / "flashinfer" / version / archs / "cached_ops" / "fused_moe_90" / "fused_moe_90.so"
+    library.parent.mkdir(parents=True)
+    library.write_bytes(b"\x7fELF")
+    return library
+
+
+def flashinfer_check(inst, environ=None, extra_args=FORCED_FLASHINFER):
+    return one(checks_for(inst, environ, gpu="sm90", extra_args=extra_args, allow_unpatched=True), "moe-build")
+
+
+def test_flashinfer_moe_on_hopper_warns_until_its_module_is_compiled(install_033, tmp_path):
+    add_flashinfer(Path(install_033.site_packages))
+    environ = {"FLASHINFER_WORKSPACE_BASE": str(tmp_path / "fi")}
+    check = flashinfer_check(install_033, environ)
+    assert (check.status, check.issue) == (Status.WARN, "G32")
+    assert "FlashInfer 0.6.8.post1 compiles its SM90 MoE kernel" in check.message and "about an hour" in check.message
+    assert check.fix.startswith(f"compile it once before serving: {install_033.python} -c ")
+    built = compiled_module(tmp_path / "fi")
+    check = flashinfer_check(install_033, environ)
+    assert check.status is Status.PASS and str(built) in check.message
+
+
+def test_a_module_compiled_for_another_flashinfer_does_not_count(install_033, tmp_path):
+    add_flashinfer(Path(install_033.site_packages), version="0.6.13")
+    compiled_module(tmp_path, version="0.6.8.post1")
+    assert flashinfer_check(install_033, {"HOME": str(tmp_path)}).status is Status.WARN
+
+
+def test_the_jit_cache_package_counts_as_compiled(install_033, tmp_path):
+    site = Path(install_033.site_packages)
+    add_flashinfer(site)
+    add_flashinfer(site, "flashinfer_jit_cache", "0.6.8.post1+cu130")
+    shipped = site / "flashinfer_jit_cache" / "jit_cache" / "fused_moe_90" / "fused_moe_90.so"
+    shipped.parent.mkdir(parents=True)
+    shipped.write_bytes(b"\x7fELF")
+    check = flashinfer_check(install_033, {"HOME": str(tmp_path)})
+    assert check.status is Status.PASS and str(shipped) in check.message
+
+
+def test_flashinfer_moe_without_flashinfer_installed_warns_that_vllm_will_refuse_it(installs):
+    check = flashinfer_check(installs["0.33.0"])
+    assert (check.status, check.issue) == (Status.WARN, "G32") and "flashinfer-python, which is not installed" in check.message
+
+
+def test_the_older_environment_switch_is_read_where_vllm_knows_it(installs):
+    check = flashinfer_check(installs["0.22.1"], {"VLLM_USE_FLASHINFER_MOE_MXFP4_BF16": "1"}, extra_args=())
+    assert check.issue == "G32" and check.message.startswith("VLLM_USE_FLASHINFER_MOE_MXFP4_BF16=1 needs flashinfer-python")
+    off = checks_for(installs["0.22.1"], {"VLLM_USE_FLASHINFER_MOE_MXFP4_BF16": "0"}, gpu="sm90")
+    assert rows(off, "moe-build") == []
+
+
+@pytest.mark.parametrize(("gpu", "extra"), [("sm90", ()), ("sm90", ("--moe-backend", "marlin")), ("sm121", FORCED_FLASHINFER)])
+def test_no_flashinfer_build_check_unless_hopper_is_forced_onto_it(installs, gpu, extra):
+    assert rows(checks_for(installs["0.33.0"], gpu=gpu, extra_args=extra), "moe-build") == []

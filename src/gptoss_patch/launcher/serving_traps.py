@@ -4,7 +4,8 @@ Each returns Checks with a fix and a known-issue id (docs/known-issues.md): two 
 `openai_harmony` package (G26), the Rust frontend bypassing the Python patches (G27), tool calls without
 the gpt-oss tool parser (G28), MoE backends forced on GB10 that fail there (G29), an FP8 KV cache that also
 quantizes the sliding-window layers (G30), and structured-output backends that reject harmony's
-structural tags (G31). A check that cannot decide says why in a warning; it never passes by default.
+structural tags (G31), and FlashInfer's SM90 MoE kernel asked for before it has been compiled (G32). A check
+that cannot decide says why in a warning; it never passes by default.
 """
 
 from __future__ import annotations
@@ -42,6 +43,11 @@ FORCED_MOE_ON_GB10 = {
 KV_SKIP_FLAG = "--kv-cache-dtype-skip-layers"
 STRUCTURAL_TAG_FROM = (0, 27)  # response_format becomes a structural tag on the harmony path
 REJECTS_STRUCTURAL_TAGS = ("outlines", "lm-format-enforcer")
+FLASHINFER_MOE_CHOICE = "flashinfer_cutlass"
+FLASHINFER_MOE_ENV = "VLLM_USE_FLASHINFER_MOE_MXFP4_BF16"  # the MXFP4 selector's older switch to the same kernel
+SM90_MOE_MODULE = "fused_moe_90"  # FlashInfer's JIT module for its CUTLASS MoE kernel on Hopper
+# Measured on an H100 host (docs/performance.md): flashinfer-python 0.6.8.post1, the pin of vLLM 0.20.2.
+SM90_MOE_BUILD = "175 CUDA sources with flashinfer 0.6.8.post1, 35 of them compiled in 11 minutes on 16 cores"
 
 
 def run(plan: LaunchPlan) -> list[Check]:
@@ -52,6 +58,7 @@ def run(plan: LaunchPlan) -> list[Check]:
         *check_forced_moe_on_gb10(plan),
         *check_kv_cache_skip(plan),
         *check_structured_outputs(plan),
+        *check_flashinfer_moe_build(plan),
     ]
 
 
@@ -255,3 +262,60 @@ def check_structured_outputs(plan: LaunchPlan) -> list[Check]:
         f"structural tag, which {backend} rejects; every such request fails with {outcome}"
     )
     return [Check("structured-output", Status.WARN, message, fix="use the default backend (auto, xgrammar) or guidance", issue="G31")]
+
+
+# -- G32: FlashInfer's SM90 MoE kernel is compiled on the first start --------------------------------
+
+
+def check_flashinfer_moe_build(plan: LaunchPlan) -> list[Check]:
+    asked = flashinfer_moe_asked(plan)
+    if plan.profile != "sm90" or asked is None:
+        return []
+    site = Path(plan.installation.site_packages)
+    version = installed_version(site, "flashinfer_python")
+    if version is None:
+        message = f"{asked} needs flashinfer-python, which is not installed in the target: vLLM refuses the backend at start-up"
+        fix = f"{plan.installation.python} -m pip check (vLLM requires flashinfer-python), or drop {asked}"
+        return [Check("moe-build", Status.WARN, message, fix=fix, issue="G32")]
+    built = compiled_sm90_moe(site, version, plan.env)
+    if built is not None:
+        return [Check("moe-build", Status.PASS, f"{asked}: FlashInfer {version}'s SM90 MoE kernel is compiled ({built})", issue="G32")]
+    message = (
+        f"{asked} on Hopper: FlashInfer {version} compiles its SM90 MoE kernel ({SM90_MOE_MODULE}) on the first "
+        f"start ({SM90_MOE_BUILD}): the server is not ready for about an hour"
+    )
+    build = f"from flashinfer.fused_moe.core import get_cutlass_fused_moe_module as build; build({'90'!r})"
+    fix = f"compile it once before serving: {plan.installation.python} -c \"{build}\"; or drop {asked} (the sm90 profile pins marlin)"
+    return [Check("moe-build", Status.WARN, message, fix=fix, issue="G32")]
+
+
+def flashinfer_moe_asked(plan: LaunchPlan) -> str | None:
+    """How this launch asks vLLM for FlashInfer's CUTLASS MoE kernel, as the user wrote it; None if it does not."""
+    caps = plan.capabilities
+    if caps is None:
+        return None
+    if planning.effective(plan, "--moe-backend") == FLASHINFER_MOE_CHOICE and caps.moe.honours_moe_backend:
+        return f"--moe-backend {FLASHINFER_MOE_CHOICE}"
+    value = plan.env.get(FLASHINFER_MOE_ENV, "").strip()
+    if value.isdigit() and int(value) and caps.env.knows(FLASHINFER_MOE_ENV):  # vLLM reads it as bool(int(value))
+        return f"{FLASHINFER_MOE_ENV}={value}"
+    return None
+
+
+def installed_version(site: Path, project: str) -> str | None:
+    """The version in the name of `project`'s .dist-info folder (`flashinfer_python-0.6.8.post1.dist-info`)."""
+    found = sorted(site.glob(f"{project}-*.dist-info"))
+    return found[-1].name[len(project) + 1 : -len(".dist-info")] if found else None
+
+
+def compiled_sm90_moe(site: Path, version: str, environ: dict[str, str]) -> Path | None:
+    """FlashInfer's compiled SM90 MoE module where FlashInfer looks first: shipped ahead of time (the package's
+    data/aot, or the flashinfer-jit-cache package), then its JIT cache under $FLASHINFER_WORKSPACE_BASE (or
+    $HOME)/.cache/flashinfer/VERSION/ARCHS/cached_ops."""
+    library = f"{SM90_MOE_MODULE}/{SM90_MOE_MODULE}.so"
+    candidates = [site / "flashinfer" / "data" / "aot" / library]
+    if installed_version(site, "flashinfer_jit_cache") is not None:
+        candidates += sorted((site / "flashinfer_jit_cache").glob(f"**/{library}"))
+    base = environ.get("FLASHINFER_WORKSPACE_BASE") or environ.get("HOME") or str(Path.home())
+    candidates += sorted((Path(base) / ".cache" / "flashinfer" / version).glob(f"*/cached_ops/{library}"))
+    return next((path for path in candidates if path.is_file()), None)
