@@ -15,6 +15,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from gptoss_patch.hook.plugin import distribution_facts
 from gptoss_patch.launcher import plan as planning
 from gptoss_patch.launcher.results import Check, LaunchPlan, Status
 from gptoss_patch.launcher.static import scan_flags
@@ -268,8 +269,7 @@ def check_structured_outputs(plan: LaunchPlan) -> list[Check]:
 
 
 def check_flashinfer_moe_build(plan: LaunchPlan) -> list[Check]:
-    asked = flashinfer_moe_asked(plan)
-    if plan.profile != "sm90" or asked is None:
+    if plan.profile != "sm90" or (asked := flashinfer_moe_asked(plan)) is None:
         return []
     site = Path(plan.installation.site_packages)
     version = installed_version(site, "flashinfer_python")
@@ -284,7 +284,7 @@ def check_flashinfer_moe_build(plan: LaunchPlan) -> list[Check]:
         f"{asked} on Hopper: FlashInfer {version} compiles its SM90 MoE kernel ({SM90_MOE_MODULE}) on the first "
         f"start ({SM90_MOE_BUILD}): the server is not ready for about an hour"
     )
-    build = f"from flashinfer.fused_moe.core import get_cutlass_fused_moe_module as build; build({'90'!r})"
+    build = "from flashinfer.fused_moe.core import get_cutlass_fused_moe_module as build; build('90')"
     fix = f"compile it once before serving: {plan.installation.python} -c \"{build}\"; or drop {asked} (the sm90 profile pins marlin)"
     return [Check("moe-build", Status.WARN, message, fix=fix, issue="G32")]
 
@@ -303,9 +303,9 @@ def flashinfer_moe_asked(plan: LaunchPlan) -> str | None:
 
 
 def installed_version(site: Path, project: str) -> str | None:
-    """The version in the name of `project`'s .dist-info folder (`flashinfer_python-0.6.8.post1.dist-info`)."""
+    """The version of `project` installed in `site` (`flashinfer_python`: its .dist-info's METADATA)."""
     found = sorted(site.glob(f"{project}-*.dist-info"))
-    return found[-1].name[len(project) + 1 : -len(".dist-info")] if found else None
+    return distribution_facts(str(found[-1]))[1] if found else None
 
 
 def compiled_sm90_moe(site: Path, version: str, environ: dict[str, str]) -> Path | None:
