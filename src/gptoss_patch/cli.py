@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import click
 
-from gptoss_patch import __version__, commands
+from gptoss_patch import __version__, commands, interrupts
 from gptoss_patch.clikit import LazyGroup, common_options
 
 # A module whose command has another name (`list` is a builtin's name, so its module is patches.py).
@@ -46,4 +47,15 @@ Exit codes: 0 ok, 1 action needed, 2 usage, 3 patch failed, 4 target (interprete
 
 
 def main() -> None:
-    app(prog_name="gptoss-patch")
+    """The console script: a signal at any moment ends with one line and 128+N (interrupts.py)."""
+    interrupts.install()
+    try:
+        try:
+            app(prog_name="gptoss-patch")
+        finally:
+            interrupts.closing()
+    except SystemExit:
+        if interrupts.received() is None:
+            raise
+    if interrupts.received() is not None:  # one that came while parsing, or after the command's own end
+        sys.exit(interrupts.say())

@@ -242,6 +242,16 @@ class LazyGroup(App):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(self._modules) | set(self.commands))
 
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command with signals armed (interrupts.py): an interrupt is one line and 128+N, never click's Abort."""
+        from gptoss_patch import interrupts
+
+        try:
+            with interrupts.armed():
+                return super().invoke(ctx)
+        except interrupts.Interrupted:
+            raise Exit(interrupts.say()) from None
+
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in self._modules:
             self._load(self._modules[cmd_name])

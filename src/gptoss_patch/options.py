@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import click
@@ -57,11 +58,24 @@ PatchDirOption = Annotated[
         "Default: GPTOSS_PATCH_DIRS, else [tool.gptoss-patch] patch-dirs in the nearest pyproject.toml.",
     ),
 ]
+VocabOption = Annotated[
+    Path | None,
+    clikit.Option(
+        "--vocab", metavar="DIR|FILE",
+        help="The harmony vocabulary: a directory holding o200k_base.tiktoken, or the file. Default: TIKTOKEN_ENCODINGS_BASE "
+        "or TIKTOKEN_RS_CACHE_DIR, else `vocab install`'s copy in gptoss-patch's cache, else the target environment's own.",
+        show_default=False,
+    ),
+]
 JsonOption = Annotated[bool, clikit.Option("--json", help="Print machine-readable JSON on stdout.")]
 VerboseOption = Annotated[
     int, clikit.Option("--verbose", "-v", count=True, help="More detail (repeatable, -vv); tracebacks for unexpected errors.")
 ]
-WideOption = Annotated[bool, clikit.Option("--wide", help="Never leave a column out to fit the terminal (-v does too).")]
+WideOption = Annotated[
+    bool,
+    clikit.Option("--wide", help="Never leave a column out to fit the terminal: a table that cannot fit becomes a few "
+                  "lines per row (-v does too)."),
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -75,9 +89,13 @@ def handles_errors(func: F) -> F:
             return func(*args, **kwargs)
         except (clikit.Exit, clikit.Abort, click.ClickException):
             raise
+        except KeyboardInterrupt:  # interrupts.Interrupted: SIGINT, SIGTERM, SIGHUP
+            raise clikit.Exit(_interrupted(kwargs)) from None
         except GptossPatchError as exc:
-            from gptoss_patch import render
+            from gptoss_patch import interrupts, render
 
+            if interrupts.received() is not None:  # a child the signal reached too failed: the signal is the cause
+                raise clikit.Exit(_interrupted(kwargs)) from None
             message, detail = one_line(str(exc), exc.detail)
             hint = exc.hint
             if detail and not kwargs.get("verbose"):
@@ -87,12 +105,11 @@ def handles_errors(func: F) -> F:
                 render.detail(detail)
             _json_error(kwargs, int(exc.exit_code), message, hint)
             raise clikit.Exit(int(exc.exit_code)) from None
-        except KeyboardInterrupt:
-            from gptoss_patch import render
-
-            render.error("interrupted")
-            raise clikit.Exit(130) from None
         except Exception as exc:  # noqa: BLE001 - last line of defence, never a bare traceback
+            from gptoss_patch import interrupts
+
+            if interrupts.received() is not None:
+                raise clikit.Exit(_interrupted(kwargs)) from None
             if kwargs.get("verbose"):
                 raise
             from gptoss_patch import render
@@ -105,6 +122,15 @@ def handles_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def _interrupted(kwargs: dict[str, Any]) -> int:
+    """One line (and the JSON error under --json) for a signal; the exit code 128+N."""
+    from gptoss_patch import interrupts
+
+    code = interrupts.say()
+    _json_error(kwargs, code, interrupts.message(), None)
+    return code
+
+
 def one_line(message: str, detail: str | None = None) -> tuple[str, str]:
     """The error line (the message's first line) and everything else, which only -v shows."""
     first, *rest = message.strip().splitlines() or ["unknown error"]
@@ -114,7 +140,7 @@ def one_line(message: str, detail: str | None = None) -> tuple[str, str]:
 
 def _json_error(kwargs: dict[str, Any], code: int, message: str, hint: str | None) -> None:
     """Under --json an error is a JSON object on stdout too, so a pipe never reads an empty document."""
-    if kwargs.get("json") or kwargs.get("json_output"):
+    if kwargs.get("json"):
         from gptoss_patch import render
 
         render.json_out({"error": {"code": code, "message": message, **({"hint": hint} if hint else {})}})
@@ -131,7 +157,7 @@ def installation(python: str | None, venv: str | None, vllm: str | None = None) 
 
     if vllm is not None:
         parse_version(vllm)  # an invalid version is a usage error before anything runs
-    inst = target.discover(target.interpreter_for(python, venv), vllm)
+    inst = target.discover(target.interpreter_for(python, venv), vllm, defaulted=python is None and venv is None)
     _say_when_waiting_for_the_lock()
     return inst
 

@@ -97,7 +97,9 @@ def _entry_points() -> list[tuple[str, str, str]]:
                 continue
             if f"[{ENTRY_POINT_GROUP}]" not in text:
                 continue
-            where = "plugin " + _dist_label(os.path.join(entry or ".", dist))
+            from gptoss_patch import distinfo  # only when a plugin is installed: `status` imports nothing more
+
+            where = "plugin " + distinfo.label(os.path.join(entry or ".", dist))
             for name, value in _group(text):
                 found.setdefault(name, (name, value, where))  # the first on sys.path wins, as for imports
     return [found[n] for n in sorted(found)]
@@ -113,25 +115,6 @@ def _group(text: str) -> list[tuple[str, str]]:
             name, _, value = line.partition("=")
             rows.append((name.strip(), value.strip()))
     return rows
-
-
-def _dist_label(dist_info: str) -> str:
-    """`<Name> <Version>` from METADATA's headers, else from the directory's name."""
-    import os
-
-    facts: dict[str, str] = {}
-    try:
-        with open(os.path.join(dist_info, "METADATA" if dist_info.endswith(".dist-info") else "PKG-INFO"), encoding="utf-8") as handle:
-            for line in handle:
-                if not line.strip():
-                    break
-                key, _, value = line.partition(":")
-                facts.setdefault(key.strip().lower(), value.strip())
-    except OSError:
-        pass
-    stem = os.path.basename(dist_info).rsplit(".", 1)[0]
-    name, _, version = stem.partition("-")
-    return f"{facts.get('name') or name} {facts.get('version') or version}"
 
 
 def _breaks_contract(name: str, spec: object, taken: set[str]) -> str | None:

@@ -7,12 +7,16 @@ import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 
 from gptoss_patch.spec import PatchResult, Report, State
+
+if TYPE_CHECKING:  # bench is imported when `bench` runs, never for the other commands
+    from gptoss_patch.bench import BenchFailed, BenchReport, Stat
+    from gptoss_patch.bench.bound import Bound
 
 PIPE_WIDTH = 200  # piped output is not cut to 80 columns (COLUMNS, when set, still wins): one row per patch
 MIN_WRAPPED = 16  # the narrowest a wrapped column (a reason, a summary) may get before columns are left out
@@ -23,9 +27,9 @@ def _console(*, stderr: bool = False, color: str | None = None) -> Console:
     stream = sys.stderr if stderr else sys.stdout
     if color == "always":
         styling: dict[str, Any] = {"force_terminal": True, "no_color": False}
-    elif color == "never":
+    elif color == "never" or (color is None and os.environ.get("NO_COLOR")):  # NO_COLOR: no bold or dim either
         styling = {"color_system": None, "no_color": True}
-    else:  # auto: a terminal gets colour; rich honours NO_COLOR and FORCE_COLOR
+    else:  # auto: a terminal gets colour; rich honours FORCE_COLOR
         styling = {}
     return Console(stderr=stderr, highlight=False, soft_wrap=True, width=None if stream.isatty() else PIPE_WIDTH, **styling)
 
@@ -117,8 +121,8 @@ def table(
 
     The other columns wrap at spaces, never inside a word. When that cannot fit, the `optional` columns
     are left out (last first, with a note); if it still cannot, each row becomes a few lines (its keys,
-    then one indented line per other column) that the terminal may wrap but that are never cut. `wide`
-    (--wide, -v) keeps every column in a table as wide as it needs.
+    then one indented `column: value` line per other column, wrapped at spaces). `wide` (--wide, -v) never
+    leaves a column out: a table that cannot fit with all of them becomes those lines instead.
     """  # fmt: skip
     from rich.table import Table  # only tables need it; keep the hot paths' imports light
 
@@ -128,15 +132,17 @@ def table(
     shown = list(columns)
     while not wide and _needed(columns, rows, shown, keys) > limit and any(c in shown for c in optional):
         shown.remove(next(c for c in reversed(optional) if c in shown))
-    if not wide and _needed(columns, rows, shown, keys) > limit:
-        _as_lines(console, title, columns, rows, keys)
+    if _needed(columns, rows, shown, keys) > limit:
+        _as_lines(console, title, columns, rows, keys, limit)
         return
     grid = Table(title=title, title_justify="left", show_lines=False)
+    widths = _widths(columns, rows, shown, keys, limit)
     for column in shown:
-        grid.add_column(column, no_wrap=column in keys, overflow="ignore" if column in keys else "fold")
+        # fixed widths, each at least the column's longest word: rich never folds a word nor cuts a key
+        grid.add_column(column, width=widths[column], no_wrap=column in keys, overflow="ignore" if column in keys else "fold")
     for row in rows:
         grid.add_row(*(cell for column, cell in zip(columns, row, strict=True) if column in shown))
-    console.print(grid, width=max(limit, _needed(columns, rows, shown, keys)) if wide else limit)
+    console.print(grid, width=limit)
     left_out = [c for c in columns if c not in shown]
     if left_out:
         info(f"({', '.join(left_out)} left out to fit {limit} columns: --wide or --json shows {'it' if len(left_out) == 1 else 'them'})")
@@ -155,17 +161,84 @@ def _needed(columns: Sequence[str], rows: Sequence[Sequence[str]], shown: Sequen
     return total
 
 
-def _as_lines(console: Console, title: str | None, columns: Sequence[str], rows: Sequence[Sequence[str]], keys: Sequence[str]) -> None:
-    """A table too wide for the terminal: each row's keys on one line, then `column: value` lines, indented."""
+def _plain_lines(cell: str) -> list[str]:
+    from rich.text import Text
+
+    return [Text.from_markup(line).plain for line in cell.split("\n")]
+
+
+def _widths(
+    columns: Sequence[str], rows: Sequence[Sequence[str]], shown: Sequence[str], keys: Sequence[str], limit: int
+) -> dict[str, int]:
+    """Each shown column's width: keys their longest line; the others at least their longest word (as `_needed`
+    counts them), and what is left of `limit` shared out by how much longer their lines are."""
+    low: dict[str, int] = {}
+    high: dict[str, int] = {}
+    for index, column in enumerate(columns):
+        if column in shown:
+            lines = [line for row in rows for line in _plain_lines(row[index])]
+            words = lines if column in keys else [word for line in lines for word in line.split()]
+            high[column] = max(len(column), *(len(line) for line in lines))
+            low[column] = min(high[column], max(len(column), *(len(w) for w in words), 0 if column in keys else MIN_WRAPPED))
+    spare = limit - (1 + 3 * len(shown)) - sum(low.values())
+    widths = dict(low)
+    while spare > 0:
+        growing = [c for c in shown if widths[c] < high[c]]
+        if not growing:
+            break
+        wants = sum(high[c] - widths[c] for c in growing)
+        for column in growing:
+            more = min(high[column] - widths[column], max(1, spare * (high[column] - widths[column]) // wants), spare)
+            widths[column] += more
+            spare -= more
+            if spare <= 0:
+                break
+    return widths
+
+
+def _wrapped(text: Any, width: int) -> list[Any]:
+    """`text` (a rich Text) cut into lines of at most `width` at spaces, never inside a word (a longer word
+    stands alone on its line)."""
+    import re
+
+    plain = text.plain
+    offsets = []
+    start = 0
+    for word in re.finditer(r"\S+", plain):
+        if word.end() - start > width and word.start() > start:
+            offsets.append(word.start())
+            start = word.start()
+    lines = list(text.divide(offsets))
+    for line in lines:
+        line.rstrip()
+    return lines
+
+
+def _as_lines(
+    console: Console, title: str | None, columns: Sequence[str], rows: Sequence[Sequence[str]], keys: Sequence[str], limit: int
+) -> None:
+    """A table too wide for the terminal: each row's first keys on one line (as many as fit), then `column: value`
+    lines, indented, the values wrapped at spaces to the width: a key, a path or a URL is never cut."""
+    from rich.text import Text
+
     if title:
         console.print(f"[bold]{escape(title)}[/]")
     heading = [c for i, c in enumerate(columns) if c in keys and not any("\n" in row[i] for row in rows)]
-    for row in rows:
-        console.print("  ".join(cell for column, cell in zip(columns, row, strict=True) if column in heading and cell))
-        for column, cell in zip(columns, row, strict=True):
-            if column not in heading and cell.strip():
-                for number, line in enumerate(cell.split("\n")):
-                    console.print(f"    {column + ':' if number == 0 else ' ' * (len(column) + 1)} {line}")
+    records = [dict(zip(columns, row, strict=True)) for row in rows]
+
+    def fits(first: list[str]) -> bool:
+        return all(len("  ".join(Text.from_markup(cells[c]).plain for c in first if cells[c])) <= limit for cells in records)
+
+    first = next((heading[:n] for n in range(len(heading), 1, -1) if fits(heading[:n])), heading[:1])  # the same keys on every row
+    for cells in records:
+        console.print(Text("  ").join(Text.from_markup(cells[c]) for c in first if cells[c]))
+        for column, cell in cells.items():
+            if column in first or not cell.strip():
+                continue
+            label = f"    {column}: "
+            for number, line in enumerate(cell.split("\n")):
+                for part, piece in enumerate(_wrapped(Text.from_markup(line), max(limit - len(label), 1))):
+                    console.print(Text(label if number == part == 0 else " " * len(label)) + piece)
 
 
 def detected(report: Report) -> None:
@@ -243,9 +316,94 @@ def passthrough(text: str) -> None:
 def probe_table(probes: Sequence[Any], *, verbose: bool) -> None:
     """Behaviour probes: pass / FAIL / not run, with the evidence; the rendered prompts on --verbose."""
     label = {True: "[green]pass[/]", False: "[red]FAIL[/]", None: "[yellow]not run[/]"}
-    table("behaviour", ("patch", "result", "evidence"), [(p.id, label[p.passed], escape(p.evidence)) for p in probes], keys=("patch", "result"))
+    rows = [(p.id, label[p.passed], escape(p.evidence + (f"\nfix: {p.fix}" if p.fix else ""))) for p in probes]
+    table("behaviour", ("patch", "result", "evidence"), rows, keys=("patch", "result"))
     if verbose:
         for p in probes:
             if p.detail:
                 out.print(f"[bold]{p.id}[/]")
                 out.print(escape(p.detail), markup=True)
+
+
+# -- bench -------------------------------------------------------------------------------------------
+
+
+def bench_failed(exc: BenchFailed, *, as_json: bool) -> None:
+    """A failed bench: the cause in one line, then the server's last lines (and the error as JSON with --json)."""
+    error(str(exc), exc.hint)
+    for line in exc.last_lines:
+        info(f"  | {line}")
+    if as_json:
+        json_out({"error": {"code": int(exc.exit_code), "message": str(exc), "last_lines": list(exc.last_lines)}})
+
+
+def bench_table(report: BenchReport) -> None:
+    """Per concurrency and server: medians over the rounds (min-max), the ratio; then each server's start and log."""
+    from gptoss_patch.bench import COMPARISONS
+
+    names = [s["name"] for s in report.servers]
+    baseline = next((name for name in names if name in COMPARISONS), None)
+    variants = [name for name in names if name != "profile" and name not in COMPARISONS]
+    ratio_header = (
+        f"ratio (profile/{baseline}; variant/profile)" if baseline and variants
+        else f"profile/{baseline}" if baseline
+        else "variant/profile" if variants
+        else ""
+    )  # fmt: skip
+
+    def stat(value: Stat, digits: int = 1) -> str:
+        if value.low == value.high:
+            return f"{value.median:.{digits}f}"
+        return f"{value.median:.{digits}f} ({value.low:.{digits}f}-{value.high:.{digits}f})"
+
+    columns = ["C", "server", "prefill tok/s", "generation tok/s", "peak tok/s", "TPOT ms"] + (
+        [ratio_header] if ratio_header else []
+    )
+    rows = []
+    for row in report.rows:
+        ratio = "" if row.ratio is None else f"{row.ratio:.3f}" + (" (within spread)" if row.within_spread else "")
+        if row.tpot_ratio is not None:  # decode speed alone: steadier where prefill queueing moves generation
+            ratio += f"\nTPOT {row.tpot_ratio:.3f}"
+        rows.append(
+            [
+                str(row.concurrency),
+                row.server,
+                stat(row.prefill, 0),
+                stat(row.generation),
+                stat(row.peak, 0),
+                stat(row.tpot_ms, 2),
+            ]
+            + ([ratio] if ratio_header else [])
+        )
+    workload = report.workload
+    title = (
+        f"medians over {workload['repeat']} rounds (min-max); {workload['input_len']} in / {workload['output_len']} out tokens, "
+        f"{workload['waves']} prompts per stream"
+    )
+    table(title, columns, rows)
+    for row in report.rows:
+        for round_ in row.ttft_outliers:
+            median = row.ttft_ms.median if row.ttft_ms else 0.0
+            warn(f"{row.server} at C={row.concurrency}, round {round_}: time to first token stalled (more than "
+                 f"3x its other rounds, median {median:.0f} ms): that round's generation tok/s is low from prefill "
+                 "queueing; compare TPOT")
+    for server in report.servers:
+        ready = server["ready_seconds"]
+        info(
+            f"{server['name']}: ready after {ready:.0f} s; log {server['log']}"
+            if ready is not None
+            else f"{server['name']}: log {server['log']}"
+        )
+
+
+def bench_bound(limit: Bound, fractions: dict[str, float]) -> None:
+    """--bound: the bytes a decode step reads, the bandwidth, and each server's share of the bound."""
+    parts = limit.bytes
+    info(
+        f"bound at concurrency 1: {parts.total / 1e9:.3f} GB a token (experts {parts.experts / 1e9:.3f}, attention "
+        f"{parts.attention / 1e9:.3f}, lm_head {parts.lm_head / 1e9:.3f}, KV at {parts.context} tokens "
+        f"{parts.kv_cache / 1e9:.3f}, other {parts.other / 1e9:.3f}) at {limit.bandwidth.gb_per_s:.0f} GB/s "
+        f"({limit.bandwidth.device}): {limit.ms_per_token:.2f} ms a token"
+    )
+    for server, fraction in fractions.items():
+        info(f"{server}: decode at concurrency 1 runs at {fraction:.0%} of the bound")

@@ -79,6 +79,8 @@ class ServeEnv:
     value: str
     effect: str  # what it makes vLLM do: the plan says why it is set
     unset_why: str  # why it stays unset while the patch is not in effect (a note of the plan)
+    # The launcher option that asks for it, as typed ("--instructions system"); "" = whenever the patch is in effect.
+    choice: str = ""
 
 
 # With this variable on, `vllm serve` (0.22.0+) answers HTTP with vllm-rs: a patch of the Python chat path

@@ -116,7 +116,13 @@ def default_interpreter() -> str:
     """The active virtualenv's interpreter, else the one running gptoss-patch."""
     venv = os.environ.get("VIRTUAL_ENV")
     if venv:
-        return str(_venv_python(Path(venv)))
+        try:
+            return str(_venv_python(Path(venv)))
+        except TargetError:
+            raise TargetError(
+                f"$VIRTUAL_ENV is {venv}, which has no bin/python (a virtualenv removed or moved since it was activated?)",
+                hint="activate vLLM's virtualenv again, or `deactivate` (unset VIRTUAL_ENV), or pass --venv DIR or --python PATH",
+            ) from None
     return sys.executable
 
 
@@ -143,11 +149,21 @@ def _venv_python(root: Path) -> Path:
     raise TargetError(f"{root} has no bin/python", hint="is it a virtualenv?")
 
 
-def discover(python: str, expected: str | None = None) -> Installation:
-    """Locate vLLM for `python`; check it against `expected` (the --vllm assertion) if given."""
+def discover(python: str, expected: str | None = None, *, defaulted: bool = False) -> Installation:
+    """Locate vLLM for `python`; check it against `expected` (the --vllm assertion) if given.
+
+    `defaulted`: nobody named the target (no --python, no --venv), so it is $VIRTUAL_ENV's or our own interpreter."""
     wanted = parse_version(expected) if expected else None
     probe = _cached_probe(python)
     inst = _installation(probe)
+    if inst is None and defaulted and not os.environ.get("VIRTUAL_ENV"):
+        # the interpreter running gptoss-patch (pipx's or uv's private environment, say): vLLM belongs elsewhere
+        raise TargetError(
+            f"no virtualenv is active, and the interpreter running gptoss-patch ({probe['python']}, its own "
+            "environment) has no vLLM",
+            hint="pass --venv DIR (the virtualenv that has vllm) or --python PATH (its interpreter), or activate "
+            "that virtualenv first",
+        )
     if inst is None:
         raise TargetError(
             f"vLLM is not installed for {probe['python']}",
@@ -202,7 +218,7 @@ def _cached_probe(python: str) -> dict:
     key = _probe_key(python)
     if key is None:
         return _run_probe(python)
-    path = paths.cache_home() / "targets" / f"{key}.json"
+    path = paths.entry_dir("targets") / f"{key}.json"
     cached = paths.read_json(path)
     if isinstance(cached, dict) and _still_valid(cached):
         return cached

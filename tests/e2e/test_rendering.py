@@ -20,7 +20,7 @@ from tests.support import harmony, servers
 from tests.support.chat_cases import PIRATE, TABLE
 
 FLAG = "VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS"
-# Both settings spelled out: left unset, `gptoss-patch serve` sets it to 1 where the patch is applied.
+# Both settings spelled out (`gptoss-patch serve` leaves it unset, upstream's default, unless --instructions system).
 SETTINGS = ("0", "1")
 PATCH = ("harmony_instructions",)
 RAW_SECOND_SYSTEM = f"<|start|>system<|message|>{PIRATE}<|end|>"

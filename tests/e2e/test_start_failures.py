@@ -10,6 +10,7 @@ import shutil
 import time
 from pathlib import Path
 
+from gptoss_patch.vocab import venv_dir
 from tests.support import servers
 
 VERSION = "0.17.1"
@@ -39,7 +40,7 @@ def test_a_vocabulary_lost_after_the_pre_flight_is_diagnosed_as_g01(clone, model
     """The pre-flight checks the vocabulary; here it disappears while vLLM loads, as on a wiped /tmp."""
     python = clone(VERSION)
     vocab = tmp_path / "vocab"
-    shutil.copytree(Path(python).parent.parent / "tiktoken", vocab)
+    shutil.copytree(venv_dir(Path(python).parent.parent), vocab)
     env = {"TIKTOKEN_ENCODINGS_BASE": str(vocab), "TIKTOKEN_RS_CACHE_DIR": str(vocab)}
     server = servers.spawn(python, model, tmp_path / "logs", env=env, launcher_args=("--allow-unpatched",))
     try:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gptoss_patch import engine
-from gptoss_patch.launcher import plan as planning
+from gptoss_patch.launcher import http, plan as planning, runner
 from gptoss_patch.launcher.results import Check, LaunchPlan
 from gptoss_patch.target import Installation
 from tests.launcher.installs import build_install, extract_static, install_vocabulary
@@ -144,22 +144,16 @@ def fake_server(installs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> It
         env = {**os.environ, "GPTOSS_PATCH_TEST_FAKE_VLLM": ",".join(modes), "GPTOSS_PATCH_TEST_FAKE_DELAY": "0"}
         exe = Path(inst.python).parent / "vllm"
         cmd = [str(exe), "serve", served, "--host", "127.0.0.1", "--port", str(port), *extra]
-        started.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        started.append(runner.start(cmd, env, stdout=subprocess.DEVNULL))
         url = f"http://127.0.0.1:{port}"
-        assert wait_until(lambda: healthy(url)), "the fake vllm did not come up"
+        ready = runner.wait_healthy(url + "/health", started[-1], timeout=10.0, interval=0.05)
+        assert ready is not None, "the fake vllm did not come up"
         return url
 
     yield start
     for proc in started:
-        proc.terminate()
-        proc.wait(timeout=10)
+        runner.stop(proc, grace=10.0)
 
 
 def healthy(url: str) -> bool:
-    import urllib.request
-
-    try:
-        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(url + "/health", timeout=1) as response:
-            return response.status == 200
-    except OSError:
-        return False
+    return http.healthy(url + "/health", timeout=1)

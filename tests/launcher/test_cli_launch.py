@@ -59,7 +59,22 @@ def test_doctor_json_has_checks_settings_and_the_command(installs):
     assert payload["vllm"]["version"] == "0.33.0" and payload["profile"] == {"name": "sm121", "source": "--gpu"}
     assert {c["name"] for c in payload["checks"]} >= {"patches", "env", "flags", "vocab", "security"}
     assert "--moe-backend" in payload["command"] and "--cudagraph-capture-sizes" in payload["command"]
-    assert payload["env"] == {"VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS": "1"}
+    assert payload["env"] == {}  # --instructions developer, upstream's default: the variable unset
+    assert next(c for c in payload["checks"] if c["name"] == "instructions")["status"] == "pass"
+
+
+def test_doctor_says_which_instructions_placement_the_server_uses_and_what_system_drops(installs):
+    inst = installs["0.17.1"]
+    base = ("doctor", "--venv", venv_of(inst), "--port", str(free_port()))
+    plain = invoke(*base)
+    assert "│ instructions " in plain.stdout and "developer (VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS unset" in plain.stdout
+    chosen = invoke(*base, "--instructions", "system", "--json")
+    payload = json.loads(chosen.stdout)
+    row = next(c for c in payload["checks"] if c["name"] == "instructions")
+    assert chosen.exit_code == 0 and payload["env"]["VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS"] == "1"
+    assert row["status"] == "warn" and "a developer message after a system message) is rendered empty" in row["message"]
+    bad = invoke(*base, "--instructions", "user")
+    assert bad.exit_code == 2 and bad.stderr.startswith("error: --instructions user: expected one of developer, system")
 
 
 def test_doctor_exits_1_on_a_variable_vllm_does_not_read(installs):
@@ -137,10 +152,32 @@ def test_dry_run_prints_environment_and_command_and_starts_nothing(installs, tmp
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
     assert lines[0] == "export VLLM_MXFP4_USE_MARLIN=1"
-    assert "export VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS=1" in lines
+    assert not any("VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS" in line for line in lines)  # upstream's default
     command = shlex.split(lines[-1])
     assert command[1:3] == ["serve", MODEL] and command[command.index("--host") + 1] == "127.0.0.1"
     assert not (tmp_path / "record.json").exists()
+
+
+def test_serve_instructions_system_exports_the_variable_and_warns_what_it_drops(installs, tmp_path):
+    result = serve(installs["0.17.1"], tmp_path, "--instructions", "system", "--dry-run")
+    assert result.exit_code == 0, result.stderr
+    assert "export VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS=1" in result.stdout.splitlines()
+    words = set(result.stderr.replace("│", " ").split())  # the pre-flight table wraps its cells
+    assert "│ instructions │ warn" in result.stderr and {"rendered", "empty:", "lost", "developer", "G02"} <= words
+
+
+def test_serve_allow_unpatched_tells_a_fail_hook_to_warn_for_that_start(tmp_path, own_install):
+    from gptoss_patch.hook import installer
+
+    inst = own_install(tmp_path / "venv", "0.17.1", patched=False)
+    installer.install(inst, mode="fail")
+    refused = serve(inst, tmp_path, "--dry-run")
+    assert refused.exit_code == 1 and "GPTOSS_PATCH_HOOK_MODE" not in refused.stdout
+    allowed = serve(inst, tmp_path, "--allow-unpatched", "--dry-run")
+    assert allowed.exit_code == 0, allowed.stderr
+    assert "export GPTOSS_PATCH_HOOK_MODE=warn" in allowed.stdout.splitlines()
+    assert (f"warning: STARTING UNPATCHED ({pending_summary(inst)}) because of --allow-unpatched; "
+            "the installed hook is told GPTOSS_PATCH_HOOK_MODE=warn for this start only") in allowed.stderr
 
 
 def test_print_script_is_valid_bash_that_starts_what_serve_would(installs, tmp_path):

@@ -77,7 +77,7 @@ def test_marlin_atomic_add_does_nothing_for_gpt_oss(installs):
 
 
 def test_the_profiles_own_variables_pass_the_env_check(installs):
-    check = only(checks_for(installs["0.17.1"], gpu="sm121"), "env")
+    check = only(checks_for(installs["0.17.1"], gpu="sm121", instructions="system"), "env")
     assert (check.status, check.message) == (Status.PASS, "2 VLLM_* variable(s), all read by vLLM 0.17.1")
 
 
@@ -197,15 +197,88 @@ def test_unpatched_fails_and_allow_unpatched_warns_loudly(tmp_path, own_install)
 
 
 @pytest.mark.parametrize("version", VERSIONS, ids=ids)
-def test_harmony_instructions_variable_follows_the_patch_state(installs, version):
-    plan = resolve(installs[version])
+def test_instructions_default_to_upstreams_developer_placement(installs, version):
+    # Upstream's tested default (vllm#44330): the variable unset, every system and developer message kept.
+    for options in ({}, {"instructions": "developer"}):
+        checks = checks_for(installs[version], **options)
+        assert "VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS" not in resolve(installs[version], **options).env_additions
+        row = only(checks, "instructions")
+        assert row.status is Status.PASS and row.message.startswith("developer (VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS unset")
+
+
+@pytest.mark.parametrize("version", VERSIONS, ids=ids)
+def test_instructions_system_sets_the_variable_and_says_what_it_drops(installs, version):
+    plan = resolve(installs[version], instructions="system")
     assert plan.env_additions.get("VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS") == "1"
+    row = only(preflight.run_checks(plan), "instructions")
+    assert (row.status, row.issue) == (Status.WARN, "G02")
+    assert row.message.startswith("system (VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS=1, --instructions system)")
+    assert "a developer message after a system message) is rendered empty" in row.message
+    assert row.fix == "--instructions developer (upstream's default) keeps every message"
+
+
+@pytest.mark.parametrize(
+    ("value", "options", "placement", "status"),
+    [("1", {}, "system", Status.WARN), ("0", {"instructions": "system"}, "developer", Status.PASS), ("yes", {}, None, Status.FAIL)],
+    ids=["1-over-default", "0-over-system", "not-an-integer"],
+)
+def test_the_variable_in_the_users_environment_wins_and_doctor_says_so(installs, value, options, placement, status):
+    environ = {"VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS": value}
+    plan = resolve(installs["0.17.1"], environ, **options)
+    row = only(preflight.run_checks(plan), "instructions")
+    assert "VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS" not in plan.env_additions
+    assert plan.env["VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS"] == value
+    assert row.status is status
+    if placement:
+        assert row.message.startswith(f"{placement} (VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS={value} in your environment, over ")
+    else:
+        assert "is not an integer" in row.message and row.fix.startswith("set VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS to 0 or 1")
+    if options:
+        assert "VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS=1 left out: already '0' in the environment" in plan.notes
+
+
+def test_instructions_option_rejects_other_placements(installs):
+    with pytest.raises(UsageError, match="--instructions user: expected one of developer, system"):
+        resolve(installs["0.17.1"], instructions="user")
 
 
 def test_harmony_instructions_variable_not_set_while_pending(tmp_path, own_install):
-    plan = resolve(own_install(tmp_path / "venv", "0.17.1", patched=False), allow_unpatched=True)
+    plan = resolve(own_install(tmp_path / "venv", "0.17.1", patched=False), allow_unpatched=True, instructions="system")
     assert "VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS" not in plan.env_additions
     assert any("harmony_instructions is pending" in note for note in plan.notes)
+    row = only(preflight.run_checks(plan), "instructions")
+    assert (row.status, row.issue) == (Status.WARN, "G02") and row.message.startswith("raw (harmony_instructions is pending)")
+
+
+# -- --allow-unpatched and the installed hook ----------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["fail", "apply"])
+def test_allow_unpatched_tells_an_installed_hook_to_warn_for_this_start_only(tmp_path, own_install, mode):
+    from gptoss_patch.hook import installer
+
+    inst = own_install(tmp_path / "venv", "0.17.1", patched=False)
+    installer.install(inst, mode=mode)
+    assert "GPTOSS_PATCH_HOOK_MODE" not in resolve(inst).env_additions  # refused anyway: nothing to override
+    plan = resolve(inst, allow_unpatched=True)
+    assert plan.env_additions["GPTOSS_PATCH_HOOK_MODE"] == "warn"
+    why = next(s.why for s in plan.settings if s.name == "GPTOSS_PATCH_HOOK_MODE")
+    assert why.startswith(f"--allow-unpatched: the hook installed in this environment (mode {mode})")
+    row = only(preflight.run_checks(plan), "patches")
+    assert row.message.endswith("because of --allow-unpatched; the installed hook is told GPTOSS_PATCH_HOOK_MODE=warn for this start only")
+    # the user's own choice of mode wins, like every variable of theirs
+    theirs = resolve(inst, {"GPTOSS_PATCH_HOOK_MODE": "fail"}, allow_unpatched=True)
+    assert "GPTOSS_PATCH_HOOK_MODE" not in theirs.env_additions
+    assert "GPTOSS_PATCH_HOOK_MODE=warn left out: already 'fail' in the environment" in theirs.notes
+
+
+def test_allow_unpatched_adds_no_override_without_a_hook_or_with_a_warn_hook(tmp_path, own_install):
+    from gptoss_patch.hook import installer
+
+    inst = own_install(tmp_path / "venv", "0.17.1", patched=False)
+    assert "GPTOSS_PATCH_HOOK_MODE" not in resolve(inst, allow_unpatched=True).env_additions
+    installer.install(inst, mode="warn")
+    assert "GPTOSS_PATCH_HOOK_MODE" not in resolve(inst, allow_unpatched=True).env_additions
 
 
 def test_vocabulary_variables_only_before_0310(installs, vocabulary):

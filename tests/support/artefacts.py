@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from gptoss_patch import paths
 from tests.support.markers import OFFLINE_ENV
 
 DOWNLOAD_TIMEOUT = 900  # seconds for one `pip download` (a vLLM wheel is 250-510 MB)
@@ -35,12 +36,16 @@ class MissingArtefact(RuntimeError):
     """An artefact is not cached and could not be fetched; the message says what, from where, and how."""
 
 
+SUITE_CACHE_ENV = "GPTOSS_PATCH_SUITE_CACHE"  # the suite's root, fixed at start: each test gets its own tool root
+
+
 def cache_root() -> Path:
-    return Path(os.environ.get("GPTOSS_PATCH_CACHE") or Path.home() / ".cache" / "gptoss-patch")
+    """The suite's cache: the tool's own root (paths.cache_root) as the run started."""
+    return Path(os.environ.get(SUITE_CACHE_ENV) or paths.cache_root())
 
 
 def wheel_cache() -> Path:
-    return Path(os.environ.get("GPTOSS_PATCH_WHEEL_CACHE") or cache_root() / "wheels")
+    return Path(os.environ.get(paths.WHEEL_CACHE_ENV) or cache_root() / "wheels")
 
 
 def wheel(requirement: str) -> Path:

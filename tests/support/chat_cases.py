@@ -46,6 +46,38 @@ TABLE: dict[str, dict[str, Any]] = {
             {"role": "user", "content": "hi"},
         ]
     },
+    # The case: a client's system persona, then its developer instructions. Under the flag (1)
+    # stock 0.23.0 puts the system text into the system message and emits an EMPTY developer message:
+    # the French instruction is lost. Unset, both land in the developer message's instructions.
+    "system_then_developer": {
+        "messages": [
+            {"role": "system", "content": PIRATE},
+            {"role": "developer", "content": "Answer in French."},
+            {"role": "user", "content": "hi"},
+        ]
+    },
+    "system_after_developer": {
+        "messages": [
+            {"role": "developer", "content": "Answer in French."},
+            {"role": "system", "content": PIRATE},
+            {"role": "user", "content": "hi"},
+        ]
+    },
+    "two_developer": {
+        "messages": [
+            {"role": "developer", "content": "Answer in French."},
+            {"role": "developer", "content": "Keep answers under ten words."},
+            {"role": "user", "content": "hi"},
+        ]
+    },
+    "system_developer_tools": {
+        "messages": [
+            {"role": "system", "content": PIRATE},
+            {"role": "developer", "content": "Answer in French."},
+            {"role": "user", "content": "Weather in Paris?"},
+        ],
+        "tools": [WEATHER_TOOL],
+    },
     "content_parts": {
         "messages": [
             {"role": "system", "content": [{"type": "text", "text": "You are a pirate. "}, {"type": "text", "text": "Say arr."}]},

@@ -8,7 +8,10 @@ occurrences whose path contains PATH when given. ACTION is one of
   erofs     raise OSError(EROFS) there, as a read-only filesystem would,
   enospc    raise OSError(ENOSPC) there, as a full disk would,
   hold      write a `held` line to the trace and sleep until killed (to inspect or kill a lock holder),
-  pause=S   sleep S seconds there, then go on (to widen a window another process must wait through).
+  pause=S   sleep S seconds there, then go on (to widen a window another process must wait through),
+  wait      write a `waiting` line to the trace and sleep until a signal arrives (at most 30 s), then go on:
+            the test sends SIGINT, SIGTERM or SIGHUP exactly there (gptoss_patch.interrupts raises it, or
+            defers it inside a critical section, in which case the run goes on from here).
 `--trace` appends one line per step reached (`step<TAB>path<TAB>pid<TAB>monotonic ns`), plus a
 `started` line first, written unbuffered so that they survive the kill. Production code never reads any of this: only this wrapper
 installs the hook (gptoss_patch.engine.faults.install).
@@ -26,9 +29,10 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from gptoss_patch import interrupts
 from gptoss_patch.engine import faults
 
-ACTIONS = ("kill", "erofs", "enospc", "hold", "pause")
+ACTIONS = ("kill", "erofs", "enospc", "hold", "pause", "wait")
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,12 @@ class Hook:
             self.log("held", point.step)
             while True:
                 time.sleep(60)
+        if point.action == "wait":
+            self.log("waiting", point.step)
+            deadline = time.monotonic() + 30
+            while interrupts.received() is None and time.monotonic() < deadline:
+                time.sleep(0.005)  # the handler raises out of this sleep, unless it defers the signal
+            return
         if point.action.startswith("pause="):
             time.sleep(float(point.action.partition("=")[2]))
             return
@@ -91,6 +101,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--trace", type=Path)
     parser.add_argument("--at", action="append", default=[], type=Point.parse)
     args = parser.parse_args(argv[:split])
+    interrupts.install()  # as `python -m gptoss_patch` does before its imports: `started` means signals are handled
     hook = Hook(args.at, args.trace)
     hook.log("started", "")
     faults.install(hook)

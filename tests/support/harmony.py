@@ -8,6 +8,8 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
+from gptoss_patch.vocab import venv_dir
+
 _DECODE = r"""
 import json, sys
 from openai_harmony import HarmonyEncodingName, load_harmony_encoding
@@ -18,7 +20,7 @@ print(json.dumps([encoding.decode_utf8(ids) for ids in json.load(sys.stdin)]))
 
 def decode(python: Path, token_lists: Sequence[Sequence[int]]) -> list[str]:
     """Each list of ids as text, special tokens included (`<|start|>system<|message|>...`)."""
-    vocab = str(Path(python).parent.parent / "tiktoken")
+    vocab = str(venv_dir(Path(python).parent.parent))
     env = {k: v for k, v in os.environ.items() if not k.startswith("TIKTOKEN_")}
     env.update(TIKTOKEN_ENCODINGS_BASE=vocab, TIKTOKEN_RS_CACHE_DIR=vocab)
     proc = subprocess.run([str(python), "-c", _DECODE], input=json.dumps([list(t) for t in token_lists]),

@@ -1,6 +1,6 @@
 """Runs inside a vLLM venv and loads vLLM's general plugins the way vLLM does, once per request.
 
-tests/test_hook.py starts it once (importing vllm takes seconds) and sends JSON requests on stdin;
+tests/hook/test_hook.py starts it once (importing vllm takes seconds) and sends JSON requests on stdin;
 each answer is one stdout line starting with MARK (vLLM logs to stdout too). Requests:
   {"op": "load", "env": {...}, "imported": [module, ...]}  reset vLLM's once-per-process flag and the
       hook's, set the environment, pretend `imported` modules were already imported, then call

@@ -2,7 +2,8 @@
 
 `running(python, model, ...)` is a context manager: it starts `gptoss-patch serve MODEL --gpu cpu` for
 the venv of `python` on 127.0.0.1 and a free port, in eager mode with small limits, waits (bounded) for
-/health, yields a `Server`, and always stops the whole process group, also when the test fails. A
+/health, yields a `Server`, and always stops the whole process group, also when the test fails (spawn,
+stop and the health wait are the launcher's own: gptoss_patch.launcher.runner and .http). A
 server that exits or does not come up in time fails the test with the last lines of its log; the log
 file is kept under the test's tmp_path.
 """
@@ -23,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gptoss_patch.launcher import runner
+from gptoss_patch.launcher import http, runner
+from gptoss_patch.vocab import venv_dir
 
 READY_TIMEOUT = 300.0  # seconds; 0.17.1 is ready in ~20 s eager, 0.22/0.23 in 45-75 s on 2 cores
 STOP_GRACE = 30.0  # vLLM stops its engine core on SIGTERM; SIGKILL the group after this
@@ -73,9 +75,9 @@ def serve_command(python: Path, model: Path, port: int, *extra: str, launcher_ar
 def server_env(python: Path, state_dir: Path, env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The test's environment: no VLLM_*/TIKTOKEN_* of the caller, the venv's own vocabulary, our limits."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "TIKTOKEN_", "GPTOSS_PATCH_HOOK"))}
-    vocab = str(Path(python).parent.parent / "tiktoken")
-    return {**base, **SERVER_ENV, "TIKTOKEN_ENCODINGS_BASE": vocab, "TIKTOKEN_RS_CACHE_DIR": vocab,
-            "XDG_STATE_HOME": str(state_dir), **(env or {})}
+    vocabulary = str(venv_dir(Path(python).parent.parent))
+    return {**base, **SERVER_ENV, "TIKTOKEN_ENCODINGS_BASE": vocabulary, "TIKTOKEN_RS_CACHE_DIR": vocabulary,
+            "GPTOSS_PATCH_CACHE": str(state_dir), **(env or {})}
 
 
 def spawn(python: Path, model: Path, log_dir: Path, *extra: str, env: Mapping[str, str] | None = None,
@@ -89,8 +91,7 @@ def spawn(python: Path, model: Path, log_dir: Path, *extra: str, env: Mapping[st
     log = log_dir / f"serve-{port}.log"
     command = serve_command(python, model, port, *extra, launcher_args=launcher_args)
     with log.open("wb") as sink:
-        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   env=server_env(python, log_dir / "state", env), start_new_session=True)
+        process = runner.start(command, server_env(python, log_dir / "state", env), stdout=sink)
     return Server(f"http://127.0.0.1:{port}", str(model), log, process)
 
 
@@ -123,14 +124,12 @@ def start_and_wait_exit(python: Path, model: Path, log_dir: Path, *extra: str, e
 
 
 def wait_ready(server: Server, timeout: float, interval: float = 0.5) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            raise ServerFailed(f"gptoss-patch serve exited with {server.process.returncode} before /health "
-                               f"answered; log {server.log}:\n{server.tail()}")
-        if healthy(server.url):
-            return
-        time.sleep(interval)
+    """The launcher's own health wait (runner.wait_healthy: bounded, never through a proxy)."""
+    if runner.wait_healthy(server.url + "/health", server.process, timeout=timeout, interval=interval) is not None:
+        return
+    if server.process.poll() is not None:
+        raise ServerFailed(f"gptoss-patch serve exited with {server.process.returncode} before /health "
+                           f"answered; log {server.log}:\n{server.tail()}")
     raise ServerFailed(f"/health did not answer within {timeout:.0f} s; log {server.log}:\n{server.tail()}")
 
 
@@ -148,11 +147,7 @@ def wait_for_log(server: Server, text: str, timeout: float = 120.0) -> str:
 
 
 def healthy(url: str) -> bool:
-    try:
-        with _opener().open(url + "/health", timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
+    return http.healthy(url + "/health")
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
@@ -164,12 +159,8 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 def post(url: str, body: Mapping[str, Any], timeout: float = REQUEST_TIMEOUT) -> dict[str, Any]:
     request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
     try:
-        with _opener().open(request, timeout=timeout) as response:
+        with http.opener_for(url).open(request, timeout=timeout) as response:
             raw = response.read()
     except urllib.error.HTTPError as exc:
         return {"status": exc.code, "error": exc.read().decode("utf-8", "replace")[:500]}
     return json.loads(raw) if not body.get("stream") else {"stream": raw.decode("utf-8", "replace")}
-
-
-def _opener() -> urllib.request.OpenerDirector:
-    return urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never a proxy for 127.0.0.1

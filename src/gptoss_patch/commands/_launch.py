@@ -31,6 +31,18 @@ AllowUnauthenticatedOption = Annotated[
 ExpectReasoningOption = Annotated[
     bool, clikit.Option("--expect-reasoning", help="Your clients read `reasoning`: no warning for --reasoning-parser.")
 ]
+InstructionsOption = Annotated[
+    str | None,
+    clikit.Option(
+        "--instructions", metavar="developer|system",
+        help="Where gpt-oss gets the client's system/developer messages (harmony_instructions, G02). developer "
+        "(default, upstream's: VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS unset): every message kept as developer "
+        "instructions. system (the variable at 1): the first goes into the harmony system message, and every later "
+        "developer message, e.g. one after a system message, is rendered empty: its text is lost. "
+        "The variable in your environment wins.",
+        show_default=False,
+    ),
+]
 ExtraArgs = Annotated[
     list[str] | None,
     clikit.Argument(metavar="[-- VLLM_SERVE_ARGS...]", help="Passed to `vllm serve` as they are, after --.", show_default=False),
@@ -64,10 +76,11 @@ def resolve_plan(python: str | None, venv: str | None, vllm: str | None, build_o
         options = build_options()
         from gptoss_patch.launcher import plan as planning, preflight, runner  # noqa: F401 - while the probe runs
 
-        vocab_ahead = pool.submit(preflight.vocabulary_ahead, dict(os.environ))
+        # hashing the 3.6 MB vocabulary costs ~15 ms: done while the target answers
+        vocabulary = pool.submit(planning.vocabulary_choice, dict(os.environ), options.vocab, target.interpreter_for(python, venv))
         inst = found.result()
-    render.info(f"Detected vllm {inst.version} at {inst.site_packages} (python {inst.python})")
-    return planning.resolve(inst, options, vocab_ahead=vocab_ahead.result())
+    render.info(f"Detected {inst.label} at {inst.site_packages} (python {inst.python})")
+    return planning.resolve(inst, options, vocabulary=vocabulary.result())
 
 
 def show_checks(checks: tuple[Check, ...], *, everything: bool) -> None:

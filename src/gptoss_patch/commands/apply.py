@@ -46,22 +46,28 @@ def apply(
     """Apply every patch the installed vLLM needs. Nothing is written unless every patch succeeds.
 
     --check writes nothing and exits 1 when something would change, like ruff's and black's --check.
+    -v adds every patch's state and reason (as `status` shows them); -vv also the diff of what was written.
     """
     dry_run = dry_run or check
     user = user_patches(patch_dir)
     chosen = selection(only, skip, with_, user=user)
     report = engine.apply(
         installation(python, venv, vllm), chosen, dry_run=dry_run, diffs=with_diff or (),
-        allow_unknown_version=allow_unknown_version, user=user,
+        allow_unknown_version=allow_unknown_version, user=user, with_diffs=int(verbose) >= 2,
     )
     render.detected(report)
-    if dry_run and not json:
+    if (dry_run or int(verbose) >= 2) and not json:
         clikit.echo("".join(dict.fromkeys(r.diff for r in report.results if r.diff)), nl=False)
     render.narrate(report.results, verb="Patched", dry_run=dry_run)
+    if verbose and not json:
+        render.status_table(report, wide=True)
     if json:
         diffs = {"diffs": {r.id: r.diff for r in report.results if r.diff}} if dry_run else {}
         render.report_json(report, dry_run=dry_run, **diffs)
-    render.info(("Would apply: " if dry_run else "Done: ") + render.tally(report.results))
+    if dry_run and not any(r.changed for r in report.results):
+        render.info("Nothing to apply: " + render.tally(report.results))
+    else:
+        render.info(("Would apply: " if dry_run else "Done: ") + render.tally(report.results))
     if check and any(r.changed for r in report.results):
         raise clikit.Exit(int(ExitCode.ACTION_NEEDED))
 

@@ -14,13 +14,22 @@ from gptoss_patch.commands._launch import (
     ExtraArgs,
     GpuOption,
     HostOption,
+    InstructionsOption,
     PortOption,
     deferred_options,
     resolve_plan,
     show_checks,
 )
 from gptoss_patch.errors import ExitCode
-from gptoss_patch.options import JsonOption, PythonOption, VenvOption, VerboseOption, VllmOption, handles_errors
+from gptoss_patch.options import (
+    JsonOption,
+    PythonOption,
+    VenvOption,
+    VerboseOption,
+    VllmOption,
+    VocabOption,
+    handles_errors,
+)
 
 if TYPE_CHECKING:
     from gptoss_patch.launcher.results import Check, LaunchPlan
@@ -41,10 +50,12 @@ def doctor(
     allow_unpatched: AllowUnpatchedOption = False,
     allow_unauthenticated: AllowUnauthenticatedOption = False,
     expect_reasoning: ExpectReasoningOption = False,
-    json_output: JsonOption = False,
+    instructions: InstructionsOption = None,
+    json: JsonOption = False,
     python: PythonOption = None,
     venv: VenvOption = None,
     vllm: VllmOption = None,
+    vocab: VocabOption = None,
     verbose: VerboseOption = False,
 ) -> None:
     """Run every pre-flight check `serve` runs, against the installed vLLM, and print the table.
@@ -54,7 +65,8 @@ def doctor(
     """
     options = deferred_options(
         model, gpu=gpu, concurrency=concurrency, host=host, port=port, extra_args=tuple(extra or ()),
-        allow_unpatched=allow_unpatched, allow_unauthenticated=allow_unauthenticated, expect_reasoning=expect_reasoning,
+        allow_unpatched=allow_unpatched, allow_unauthenticated=allow_unauthenticated, expect_reasoning=expect_reasoning, vocab=vocab,
+        instructions=instructions,
     )  # fmt: skip
     plan = resolve_plan(python, venv, vllm, options)
     from gptoss_patch import render
@@ -62,7 +74,7 @@ def doctor(
     from gptoss_patch.launcher.results import Status, worst
 
     checks = preflight.run_checks(plan)
-    if json_output:
+    if json:
         render.json_out(_payload(plan, checks))
     else:
         show_checks(checks, everything=True)

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 from gptoss_patch import clikit
-from gptoss_patch.options import JsonOption, PythonOption, VenvOption, handles_errors
+from gptoss_patch.options import JsonOption, PythonOption, VenvOption, VocabOption, handles_errors
 
 model_app = clikit.App()
 
@@ -31,17 +31,6 @@ ForceOption = Annotated[
     bool,
     clikit.Option("--force", help="Replace OUT if it exists and is not empty (only once the new model is complete)."),
 ]
-VocabOption = Annotated[
-    Path | None,
-    clikit.Option(
-        "--vocab",
-        metavar="FILE",
-        help="o200k_base.tiktoken. Default: the one `gptoss-patch vocab install` wrote.",
-        show_default=False,
-    ),
-]
-
-
 @model_app.command("random")
 @handles_errors
 def random(
@@ -52,7 +41,7 @@ def random(
     vocab_file: VocabOption = None,
     python: PythonOption = None,
     venv: VenvOption = None,
-    json_output: JsonOption = False,
+    json: JsonOption = False,
 ) -> None:
     """Write a gpt-oss checkpoint with random weights, offline: the released layout and tokenizer, noise for weights.
 
@@ -62,21 +51,21 @@ def random(
 
     recipe = model.recipe_for(shape, dtype)
     interpreter = target.interpreter_for(python, venv)
-    vocabulary = vocab_file or vocab.default_dir() / vocab.O200K.file_name
-    if vocab_file is None and not vocabulary.is_file():
+    import os
+
+    chosen = vocab.choose(os.environ, explicit=vocab_file, prefix=Path(interpreter).parent.parent)
+    if chosen.file is None:
         from gptoss_patch.errors import UsageError
 
-        raise UsageError(
-            f"no o200k_base vocabulary at {vocabulary}",
-            hint="run `gptoss-patch vocab install` first, or pass --vocab FILE",
-        )
+        raise UsageError(f"cannot use a harmony vocabulary: {chosen.status.reason}", hint=vocab.FIX)
+    vocabulary = chosen.file
     model.check_destination(out, force=force)
-    if not json_output:
+    if not json:
         size = model.checkpoint_bytes(recipe) / 2**30
         render.info(f"Building {recipe.name} ({recipe.experts} experts, {size:.2f} GiB) with {interpreter} ...")
     built = model.build(interpreter, out, recipe, vocabulary, force=force)
     stamp = model.read_stamp(built) or {}
-    if json_output:
+    if json:
         render.json_out({"out": str(built), "shape": shape, "experts": recipe.experts, **stamp})
         return
     seconds = stamp.get("build_seconds")

@@ -1,17 +1,27 @@
 """`gptoss-patch list`: every patch with its id, versions, target, upstream references and summary."""
 
 from gptoss_patch import clikit, registry, render
-from gptoss_patch.options import JsonOption, OnlyOption, SkipOption, WideOption, handles_errors, selection
+from gptoss_patch.options import (
+    JsonOption,
+    OnlyOption,
+    SkipOption,
+    VerboseOption,
+    WideOption,
+    handles_errors,
+    selection,
+)
 from gptoss_patch.spec import PatchSpec
 
 
 @handles_errors
 def list_patches(
-    only: OnlyOption = None, skip: SkipOption = None, json: JsonOption = False, wide: WideOption = False
+    only: OnlyOption = None, skip: SkipOption = None, json: JsonOption = False, wide: WideOption = False,
+    verbose: VerboseOption = 0,
 ) -> None:
     """List every patch (or those --only/--skip select): id, version range, target file, upstream references, summary.
 
-    Opt-in patches (left out of the default set: apply them with --with ID) say so in their summary.
+    Opt-in patches (left out of the default set: apply them with --with ID) say so in their summary. --wide
+    (or -v) never leaves a column out: where they cannot all fit, each patch becomes a few lines.
     """
     specs = registry.selected(selection(only, skip), opt_in=True)
     if json:
@@ -24,7 +34,7 @@ def list_patches(
         for s in specs
     ]
     columns = ("id", "vllm versions", "target", "upstream", "summary", "origin")
-    render.table(None, columns, rows, keys=("id", "target", "upstream"), optional=("target", "upstream"), wide=wide)
+    render.table(None, columns, rows, keys=("id", "target", "upstream"), optional=("target", "upstream"), wide=wide or bool(verbose))
 
 
 def _as_json(spec: PatchSpec) -> dict:

@@ -15,12 +15,13 @@ from gptoss_patch.commands._launch import (
     ExtraArgs,
     GpuOption,
     HostOption,
+    InstructionsOption,
     PortOption,
     deferred_options,
     resolve_plan,
     show_checks,
 )
-from gptoss_patch.options import PythonOption, VenvOption, VerboseOption, VllmOption, handles_errors
+from gptoss_patch.options import PythonOption, VenvOption, VerboseOption, VllmOption, VocabOption, handles_errors
 
 if TYPE_CHECKING:  # imported when `serve` runs: every other command starts without them
     from gptoss_patch.launcher import runner
@@ -31,7 +32,7 @@ DryRunOption = Annotated[bool, clikit.Option("--dry-run", help="Print the resolv
 SmokeOption = Annotated[bool, clikit.Option("--smoke", help="Once ready, run the smoke canary; stop vLLM if it fails.")]
 LogFileOption = Annotated[
     Path | None,
-    clikit.Option("--log-file", metavar="PATH", help="Also write vLLM's log here (default: a new file under the XDG state dir).",
+    clikit.Option("--log-file", metavar="PATH", help="Also write vLLM's log here (default: a new file in logs/ of `gptoss-patch cache dir`).",
                   show_default=False),
 ]
 
@@ -51,6 +52,7 @@ def serve(
     allow_unpatched: AllowUnpatchedOption = False,
     allow_unauthenticated: AllowUnauthenticatedOption = False,
     expect_reasoning: ExpectReasoningOption = False,
+    instructions: InstructionsOption = None,
     print_script: PrintScriptOption = False,
     dry_run: DryRunOption = False,
     run_smoke: SmokeOption = False,
@@ -58,6 +60,7 @@ def serve(
     python: PythonOption = None,
     venv: VenvOption = None,
     vllm: VllmOption = None,
+    vocab: VocabOption = None,
     verbose: VerboseOption = False,
 ) -> None:
     """Run `vllm serve` for gpt-oss with a GPU profile, after pre-flight checks; watch its log and /health.
@@ -67,7 +70,8 @@ def serve(
     """
     options = deferred_options(
         model, gpu=gpu, concurrency=concurrency, host=host, port=port, extra_args=tuple(extra or ()),
-        allow_unpatched=allow_unpatched, allow_unauthenticated=allow_unauthenticated, expect_reasoning=expect_reasoning,
+        allow_unpatched=allow_unpatched, allow_unauthenticated=allow_unauthenticated, expect_reasoning=expect_reasoning, vocab=vocab,
+        instructions=instructions,
     )  # fmt: skip
     plan = resolve_plan(python, venv, vllm, options)
     from gptoss_patch import render

@@ -29,7 +29,7 @@ def smoke(
     model: ModelOption = None,
     api_key: ApiKeyOption = None,
     timeout: TimeoutOption = 300.0,
-    json_output: JsonOption = False,
+    json: JsonOption = False,
     verbose: VerboseOption = False,
 ) -> None:
     """Send one gpt-oss chat completion (temperature 0) to the server at URL and check the answer.
@@ -43,7 +43,7 @@ def smoke(
     if not url.startswith(("http://", "https://")):
         raise UsageError(f"{url!r} is not an http(s) URL; give the server's base URL, e.g. http://127.0.0.1:8000")
     report = canary.run_smoke(url, model=model, api_key=api_key, timeout=timeout)
-    if json_output:
+    if json:
         render.json_out(report.to_json())
     else:
         render.info(f"Smoke canary: {report.url} (model {report.model})")

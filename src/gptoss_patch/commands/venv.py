@@ -51,14 +51,14 @@ def create(
     """
     import sys
 
-    from gptoss_patch import render
-    from gptoss_patch.hook import plugin, venv
+    from gptoss_patch import provision, render
+    from gptoss_patch.hook import plugin
 
     if mode is not None and mode not in plugin.MODES:
         from gptoss_patch.errors import UsageError
 
         raise UsageError(f"--mode {mode}: expected one of {', '.join(plugin.MODES)}")
-    plan = venv.Plan(
+    plan = provision.Plan(
         directory=directory.absolute(), vllm=vllm, extras=tuple(extra or ()), use_uv=uv,
         find_links=tuple(p.absolute() for p in find_links or ()), no_deps=no_deps, mode=mode,
         base_python=base_python or sys.executable,
@@ -66,7 +66,7 @@ def create(
     )
     _ = plan.user  # a bad patch file is a usage error before anything is created
     echo = (lambda line: render.err.print(f"    {render.escape(line)}", style="dim")) if verbose or stderr_is_tty() else None
-    outcome = venv.create(plan, _step, echo, announce=render.info)
+    outcome = provision.create(plan, _step, echo, announce=render.info)
     render.detected(outcome.status)
     render.status_table(outcome.status)
     clean = not any(r.state.needs_action for r in outcome.status.results)
@@ -77,11 +77,10 @@ def create(
 @contextmanager
 def _step(label: str) -> Iterator[Callable[[str], None]]:
     """One progress line when a step starts, one when it ends (with its time): the long ones are pip's."""
-    from gptoss_patch import render
-    from gptoss_patch.hook import venv
+    from gptoss_patch import provision, render
 
     render.info(f"==> {label}")
-    with render.spinner(label), venv.timed(_report, label) as skip:
+    with render.spinner(label), provision.timed(_report, label) as skip:
         yield skip
 
 

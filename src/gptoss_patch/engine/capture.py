@@ -23,7 +23,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from gptoss_patch import wheels
+from gptoss_patch import interrupts, wheels
 from gptoss_patch.engine.audit import added_files, current_hashes, record_rows
 from gptoss_patch.engine.context import Context, decode, encode, open_context
 from gptoss_patch.engine.diff import creation_diff, unified_diff
@@ -105,8 +105,9 @@ def _capture(
         captured = tuple(rel for rel, d in diffs.items() if d)
         if not captured:
             return Captured(name, target, versions, (), skipped)
-        _write_patch(directory, target, text)
-        _adopt(ctx, name, text.encode("utf-8"), captured, bases, {**edits, **new}, set(new))
+        with interrupts.deferred("capture"):  # the patch file and the ledger that records it, together
+            _write_patch(directory, target, text)
+            _adopt(ctx, name, text.encode("utf-8"), captured, bases, {**edits, **new}, set(new))
     return Captured(name, target, versions, captured, skipped, text, tuple(rel for rel in captured if rel in new))
 
 

@@ -2,7 +2,7 @@
 
 Production code only calls `reached(step)`, which does nothing unless a test installed a hook
 (tests/support/crash_runner.py installs one that SIGKILLs the process at a chosen step). It never reads an
-environment variable for it. Every step is listed in STEPS; tests/test_faults.py checks that each
+environment variable for it. Every step is listed in STEPS; tests/engine/test_faults.py checks that each
 one is reached and survives a kill. `before-rename` lies inside fsutil.atomic_write, below the
 engine: install() lends the hook to it there.
 """

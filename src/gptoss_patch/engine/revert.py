@@ -8,7 +8,7 @@ from dataclasses import replace
 from gptoss_patch.engine.context import Context, decode, encode, open_context, target_of
 from gptoss_patch.engine.ledger import FileEntry, Store
 from gptoss_patch.engine.releases import identify
-from gptoss_patch.engine.status import judge
+from gptoss_patch.engine.status import judge, unchosen
 from gptoss_patch.engine.transaction import FilePlan, commit, recover
 from gptoss_patch.engine.userdiffs import judge_user
 from gptoss_patch.errors import Conflict, PatchFailed
@@ -112,9 +112,11 @@ def _revert_results(ctx: Context, selection: Selection, reverted_files: set[str]
     for spec in selected(selection, opt_in=True):
         rel = target_of(spec, ctx.inst.version)
         entry = ctx.ledger.files.get(rel or "")
+        unnamed = selection.left_out(spec)  # an opt-in patch: once reverted, `status` shows it as opt-in, not pending
         if rel in reverted_files and entry and spec.id in entry.patches:
-            results.append(PatchResult(spec.id, State.PENDING, "reverted to the original bytes", rel, changed=True))
+            state, why = (State.OPT_IN, f"; opt-in: apply it again with --with {spec.id}") if unnamed else (State.PENDING, "")
+            results.append(PatchResult(spec.id, state, f"reverted to the original bytes{why}", rel, changed=True))
         else:
-            judged = judge(spec, ctx)
+            judged = unchosen(judge(spec, ctx)) if unnamed else judge(spec, ctx)
             results.append(replace(judged, reason=f"nothing to revert; {judged.reason}"))
     return results

@@ -26,7 +26,7 @@ def status(inst: Installation, selection: Selection = Selection(), user: Sequenc
     ctx = open_context(inst)
     chosen = set(selected(selection))
     builtins = [
-        judge(spec, ctx) if spec in chosen else _unchosen(judge(spec, ctx, rewrite=False))
+        judge(spec, ctx) if spec in chosen else unchosen(judge(spec, ctx, rewrite=False))
         for spec in all_specs()
         if spec in chosen or selection.left_out(spec)
     ]
@@ -89,7 +89,7 @@ def _bypassed(result: PatchResult) -> PatchResult:
     return replace(result, reason=f"{result.reason}; {note}", warnings=(*result.warnings, note))
 
 
-def _unchosen(result: PatchResult) -> PatchResult:
+def unchosen(result: PatchResult) -> PatchResult:
     """An opt-in patch nobody named: where `apply` would act (pending, or drifted), it is reported as opt-in."""
     if result.state not in (State.PENDING, State.DRIFTED):
         return result

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from gptoss_patch import interrupts
 from gptoss_patch.engine import faults
 from gptoss_patch.engine.context import Context
 from gptoss_patch.engine.ledger import FileEntry, Ledger, Store, Write
@@ -37,7 +38,13 @@ def commit(ctx: Context, op: str, plans: list[FilePlan], diff_blobs: dict[str, l
 
     The bytes on disk before (`p.before`) are stored too, so that a write the filesystem refuses
     (read-only, full) is undone through the same journal (`_undo`); garbage collection drops them.
+    A signal (SIGINT, SIGTERM, SIGHUP) that lands in here waits until the transaction is complete.
     """
+    with interrupts.deferred(op):
+        _commit(ctx, op, plans, diff_blobs)
+
+
+def _commit(ctx: Context, op: str, plans: list[FilePlan], diff_blobs: dict[str, list[bytes]] | None) -> None:
     store = ctx.store
     extra = [b for blobs in (diff_blobs or {}).values() for b in blobs]
     blobs = list(dict.fromkeys(b for b in (*(p.before for p in plans), *extra, *(p.after for p in plans)) if b is not None))
@@ -180,6 +187,11 @@ def recover(inst: Installation, *, locked: bool = False) -> tuple[str, ...]:
     if not locked:
         with store.locked():
             return recover(inst, locked=True)
+    with interrupts.deferred("recovery of an interrupted run"):
+        return _recover(inst, store)
+
+
+def _recover(inst: Installation, store: Store) -> tuple[str, ...]:
     journal = store.journal()
     if journal is None:
         if store.tidy():

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gptoss_patch import __version__, engine, registry, userpatches
+from gptoss_patch import __version__, distinfo, engine, registry, userpatches
 from gptoss_patch.engine import record
 from gptoss_patch.engine.ledger import Store
 from gptoss_patch.errors import Conflict, PatchFailed, TargetError, UsageError, WriteFailed
@@ -148,7 +148,8 @@ def _refuse_unfixable(report: Report) -> None:
         first = bad[0]
         exc = PatchFailed if first.state is State.DRIFTED else Conflict
         raise exc(
-            f"{first.id} is {first.state.value}: {first.reason}; the hook was not installed",
+            f"{'user patch' if first.origin else 'patch'} {first.id} is {first.state.value}: {first.reason}; "
+            "the hook was not installed (it would refuse every vLLM start over it)",
             hint=f"fix it first (gptoss-patch status), or leave it out with --skip {first.id}",
         )
 
@@ -289,7 +290,7 @@ def status(inst: Installation) -> HookStatus:
     state, problem = plugin.read_state(layout.state)
     current = layout.module.read_bytes() == Path(plugin.__file__).read_bytes()
     verdict = plugin.evaluate(layout.site, state)
-    version = infos[-1].name[len(MODULE) + 1 : -len(".dist-info")]
+    version = distinfo.version(infos[-1])  # our METADATA's Version (the folder's name if it has none)
     return HookStatus(layout, True, version, current, state, problem, verdict)
 
 

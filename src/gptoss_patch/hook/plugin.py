@@ -307,7 +307,10 @@ def fix_command(verdict: Verdict, state: dict | None, python: str | None = None)
     """The command line that repairs `verdict` for the interpreter `python` (default: this one)."""
     python = python or sys.executable
     kinds = {kind for kind, _ in verdict.problems}
-    if "ledger" in kinds or "modified" in kinds:
+    if "ledger" in kinds:  # every gptoss-patch command refuses an untrusted ledger (exit 5); a reinstall removes it
+        return (f"{reinstall_command(python, verdict.distribution, verdict.version)}, "
+                f"then gptoss-patch apply --python {python}{_selection_args(state)}")
+    if "modified" in kinds:
         return (f"{reinstall_command(python, verdict.distribution, verdict.version)} (or gptoss-patch revert --force "
                 f"--python {python}), then gptoss-patch apply --python {python}{_selection_args(state)}")
     if "state" in kinds:

@@ -24,6 +24,13 @@ VOCAB_ENV = ("TIKTOKEN_ENCODINGS_BASE", "TIKTOKEN_RS_CACHE_DIR")
 VOCAB_BUNDLED_FROM = (0, 31)
 LOOPBACK = "127.0.0.1"
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+# Where the client's system/developer messages go (harmony_instructions, vllm#44330): `developer` is upstream's
+# default (the variable unset) and keeps every message; `system` (the variable at 1) renders every developer
+# message after the first system/developer message empty.
+INSTRUCTIONS_ENV = "VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS"
+PLACEMENTS = ("developer", "system")
+DEFAULT_PLACEMENT = "developer"
+HOOK_MODE_ENV = "GPTOSS_PATCH_HOOK_MODE"  # hook/plugin.py's MODE_ENV: overrides the installed hook's mode for one start
 
 
 @dataclass(frozen=True)
@@ -39,6 +46,12 @@ class LaunchOptions:
     allow_unpatched: bool = False
     allow_unauthenticated: bool = False
     expect_reasoning: bool = False
+    vocab: Path | None = None  # --vocab
+    instructions: str | None = None  # --instructions developer|system; None: not given (developer, upstream's default)
+
+    @property
+    def placement(self) -> str:
+        return self.instructions or DEFAULT_PLACEMENT
 
 
 def launch_options(
@@ -47,14 +60,17 @@ def launch_options(
     """Validate the cheap parts of the input first, so bad input stops before any target lookup."""
     if not 1 <= port <= 65535:
         raise UsageError(f"--port {port}: expected a TCP port from 1 to 65535")
+    if rest.get("instructions") not in (None, *PLACEMENTS):
+        raise UsageError(f"--instructions {rest['instructions']}: expected one of {', '.join(PLACEMENTS)}")
     parsed = profiles.parse_concurrency(concurrency)
     return LaunchOptions(model=model, gpu=profiles.choose_gpu(gpu), concurrency=parsed, port=port, **rest)
 
 
 def resolve(inst: Installation, options: LaunchOptions, environ: Mapping[str, str] | None = None, *,
-            vocab_ahead: Any = None) -> LaunchPlan:
-    """`vocab_ahead`: preflight.vocabulary_ahead(environ), computed while the target probe ran (optional)."""
+            vocabulary: Any = None) -> LaunchPlan:
+    """`vocabulary`: vocabulary_choice(...), computed while the target probe ran (computed here when None)."""
     environ = dict(os.environ if environ is None else environ)
+    vocabulary = vocabulary or vocabulary_choice(environ, options.vocab, str(inst.python))
     caps = static.read_capabilities(inst.package_root, inst.version)
     report = _patch_status(inst)
     profile = profiles.profile_settings(options.gpu.profile, caps)
@@ -65,8 +81,9 @@ def resolve(inst: Installation, options: LaunchOptions, environ: Mapping[str, st
         *moe_settings,
         *_capture_sizes(options.concurrency, caps, options.extra_args),
         *_environ_validation(caps),
-        *_patch_environment(report, caps),
-        *_vocabulary(inst, environ),
+        *_patch_environment(report, caps, options),
+        *_vocabulary(inst, vocabulary),
+        *_hook_override(inst, options, report),
     ]
     kept, dropped = _apply_overrides(wanted, options.extra_args, environ)
     return LaunchPlan(
@@ -83,7 +100,7 @@ def resolve(inst: Installation, options: LaunchOptions, environ: Mapping[str, st
         patch_report=report,
         capabilities=caps,
         options=options,
-        vocab_ahead=vocab_ahead,
+        vocabulary=vocabulary,
         server_module=None if _has_working_cli(inst) else API_SERVER_MODULE,
     )
 
@@ -183,11 +200,12 @@ def _serve_envs(report: Report) -> Iterator[tuple[PatchResult, ServeEnv]]:
             yield result, env
 
 
-def _patch_environment(report: Report, caps: static.Capabilities) -> list[Setting]:
+def _patch_environment(report: Report, caps: static.Capabilities, options: LaunchOptions) -> list[Setting]:
+    chosen = {"", f"--instructions {options.placement}"}  # a ServeEnv with a `choice` is set only when asked for
     return [
         Setting.env(env.name, env.value, why=f"{result.id} is {result.state.value}: {env.effect}")
         for result, env in _serve_envs(report)
-        if result.state in IN_EFFECT and caps.env.knows(env.name)
+        if result.state in IN_EFFECT and caps.env.knows(env.name) and env.choice in chosen
     ]
 
 
@@ -199,19 +217,74 @@ def _patch_environment_notes(report: Report) -> list[str]:
     ]
 
 
-def _vocabulary(inst: Installation, environ: Mapping[str, str]) -> list[Setting]:
+def _hook_override(inst: Installation, options: LaunchOptions, report: Report) -> list[Setting]:
+    """--allow-unpatched starts what it promises: an installed hook that would stop (fail) or patch (apply) this
+    start logs and goes on instead, for this start only. Only when there is something to allow and such a hook."""
+    if not options.allow_unpatched or not any(r.state.needs_action for r in getattr(report, "results", ())):
+        return []
+    mode = installed_hook_mode(inst)
+    if mode is None or mode == "warn":
+        return []
+    why = (f"--allow-unpatched: the hook installed in this environment (mode {mode}) would "
+           f"{'stop' if mode == 'fail' else 're-apply the patches of'} this start; warn logs what is missing and goes on, "
+           "for this start only")
+    return [Setting.env(HOOK_MODE_ENV, "warn", why=why)]
+
+
+def installed_hook_mode(inst: Installation) -> str | None:
+    """The mode of the hook installed in `inst`'s site-packages (its expectation file), None without one."""
+    from gptoss_patch.hook import installer, plugin
+
+    layout = installer.Layout(inst.site_packages)
+    if not layout.module.exists() or not layout.installed_dist_infos():
+        return None
+    state, _ = plugin.read_state(layout.state)
+    mode = (state or {}).get("mode")
+    return mode if mode in plugin.MODES else "fail"  # an unreadable expectation: the hook falls back to fail
+
+
+def instructions_placement(plan: LaunchPlan) -> tuple[str, str]:
+    """(placement, why) of the client's system/developer messages in the server `plan` starts.
+
+    placement: "developer" or "system" (harmony_instructions in effect; the variable as the server sees it),
+    "raw" (the patch is not in effect: a raw second system message, G02), "invalid" (a value vLLM cannot parse),
+    or "" (no harmony_instructions result for this vLLM).
+    """
+    result = next((r for r in getattr(plan.patch_report, "results", ()) if r.id == "harmony_instructions"), None)
+    if result is None:
+        return "", ""
+    if result.state not in IN_EFFECT:
+        return "raw", f"harmony_instructions is {result.state.value}"
+    options = plan.options
+    given = f"--instructions {options.placement}" if options is not None and options.instructions else "the default"
+    if INSTRUCTIONS_ENV in plan.base_env:
+        value = plan.base_env[INSTRUCTIONS_ENV]
+        try:
+            on = int(value) != 0  # vLLM: bool(int(os.getenv(name, "0")))
+        except ValueError:
+            return "invalid", f"{INSTRUCTIONS_ENV}={value!r} in your environment is not an integer"
+        placement = "system" if on else "developer"
+        overridden = f", over {given}" if options is not None and options.placement != placement else ""
+        return placement, f"{INSTRUCTIONS_ENV}={value} in your environment{overridden}"
+    if plan.env_additions.get(INSTRUCTIONS_ENV):
+        return "system", f"{INSTRUCTIONS_ENV}=1, {given}"
+    return "developer", f"{INSTRUCTIONS_ENV} unset, {given}"
+
+
+def _vocabulary(inst: Installation, vocabulary: Any) -> list[Setting]:
     """Point harmony at the local vocabulary (< 0.31), unless the user already points it somewhere (G01)."""
     if inst.version.release[:2] >= VOCAB_BUNDLED_FROM:
         return []
-    why = "load the harmony vocabulary from the local copy: harmony never downloads then, so start-up cannot die offline (G01)"
-    return [Setting.env(name, value, why=why) for name, value in vocabulary_exports(environ).items()]
+    why = (f"load the harmony vocabulary from {vocabulary.origin}'s copy: harmony never downloads then, "
+           "so start-up cannot die offline (G01)")
+    return [Setting.env(name, value, why=why) for name, value in vocabulary.exports.items()]
 
 
-def vocabulary_exports(environ: Mapping[str, str]) -> dict[str, str]:
-    """The variables that point harmony at gptoss-patch's vocabulary directory; none if the user set their own."""
+def vocabulary_choice(environ: Mapping[str, str], explicit: Path | None, python: str) -> Any:
+    """The one vocabulary lookup (vocab.choose) for a server of `python`'s environment: returns a vocab.Choice."""
     from gptoss_patch import vocab
 
-    return vocab.serve_exports(environ)
+    return vocab.choose(environ, explicit=explicit, prefix=Path(python).parent.parent)
 
 
 def _apply_overrides(wanted: list[Setting], extra_args: tuple[str, ...], environ: Mapping[str, str]) -> tuple[list[Setting], list[str]]:

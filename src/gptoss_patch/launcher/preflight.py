@@ -6,9 +6,8 @@ import errno
 import ipaddress
 import os
 import socket
-from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gptoss_patch.errors import TargetError, UsageError
 from gptoss_patch.launcher import knowledge, plan as planning, profiles, serving_traps
@@ -17,14 +16,12 @@ from gptoss_patch.launcher.static import Capabilities, FlagUse, scan_flags
 
 if TYPE_CHECKING:
     from gptoss_patch.target import Installation
-    from gptoss_patch.vocab import VocabStatus
 
 GPT_OSS_REASONING_PARSERS = ("openai_gptoss", "GptOss")  # GptOss was its name in 0.10.1.x (G15)
 # Attention backends that implement gpt-oss's attention sinks, by profile (G21).
 SINK_BACKENDS = {"sm90": ("FLASH_ATTN", "TRITON_ATTN"), "sm100": ("FLASHINFER", "TRITON_ATTN")}
 SINK_BACKENDS_ELSEWHERE = ("TRITON_ATTN",)
 GB10_MAX_UTILIZATION = 0.90
-VOCAB_LOOKUP_ENV = ("TIKTOKEN_ENCODINGS_BASE", "TIKTOKEN_RS_CACHE_DIR", "TMPDIR")  # all that vocab.status reads
 
 
 def run_checks(plan: LaunchPlan) -> tuple[Check, ...]:
@@ -32,6 +29,7 @@ def run_checks(plan: LaunchPlan) -> tuple[Check, ...]:
     return (
         *check_gpu(plan),
         *check_patches(plan),
+        *check_instructions(plan),
         *check_environment(plan),
         *check_flags(plan),
         *check_vocabulary(plan),
@@ -72,8 +70,35 @@ def check_patches(plan: LaunchPlan) -> list[Check]:
     summary = "; ".join(f"{r.id} {r.state.value}" for r in needing)
     fix = "gptoss-patch apply" if all(r.state.value == "pending" for r in needing) else "gptoss-patch status, then apply or revert"
     if plan.options.allow_unpatched:
-        return [Check("patches", Status.WARN, f"STARTING UNPATCHED ({summary}) because of --allow-unpatched", fix=fix)]
+        hook = plan.env_additions.get(planning.HOOK_MODE_ENV)
+        also = f"; the installed hook is told {planning.HOOK_MODE_ENV}={hook} for this start only" if hook else ""
+        return [Check("patches", Status.WARN, f"STARTING UNPATCHED ({summary}) because of --allow-unpatched{also}", fix=fix)]
     return [Check("patches", Status.FAIL, f"not clean: {summary}", fix=f"{fix} (or --allow-unpatched)")]
+
+
+# What the `system` placement costs, in doctor's and serve's pre-flight row (commands/_launch.py's --instructions help says the same).
+SYSTEM_PLACEMENT_DROPS = ("every developer message after the first system or developer message (e.g. a developer "
+                          "message after a system message) is rendered empty: its text is lost")
+
+
+def check_instructions(plan: LaunchPlan) -> list[Check]:
+    """Where the server puts the client's system and developer messages (harmony_instructions, G02)."""
+    placement, why = planning.instructions_placement(plan)
+    if placement == "developer":
+        text = f"developer ({why}): every client system and developer message becomes developer `# Instructions`"
+        return [Check("instructions", Status.PASS, text)]
+    if placement == "system":
+        fix = (f"unset {planning.INSTRUCTIONS_ENV}" if "environment" in why else "--instructions developer (upstream's default)")
+        text = f"system ({why}): the first system/developer message goes into the harmony system message; {SYSTEM_PLACEMENT_DROPS}"
+        return [Check("instructions", Status.WARN, text, fix=f"{fix} keeps every message", issue="G02")]
+    if placement == "invalid":
+        text = f"{why}: vLLM raises ValueError reading it, at the first gpt-oss chat request"
+        return [Check("instructions", Status.FAIL, text, fix=f"set {planning.INSTRUCTIONS_ENV} to 0 or 1, or unset it", issue="G02")]
+    if placement == "raw":
+        text = f"raw ({why}): a client system message reaches the model as a raw second system message"
+        fix = "gptoss-patch apply" if why.endswith(" pending") else "gptoss-patch status: harmony_instructions must be applied"
+        return [Check("instructions", Status.WARN, text, fix=fix, issue="G02")]
+    return []
 
 
 # -- environment variables (G15) -----------------------------------------------------------------
@@ -221,36 +246,13 @@ def check_vocabulary(plan: LaunchPlan) -> list[Check]:
     inst = plan.installation
     if inst.version.release[:2] >= planning.VOCAB_BUNDLED_FROM:
         return _bundled_vocabulary(inst)
-    status = _vocabulary_status(plan)
-    if status.ok:
-        exported = planning.vocabulary_exports(plan.base_env)  # `vocab status` prints the same "with serve" verdict
-        how = " (exported by gptoss-patch serve; a plain `vllm serve` needs the exports `vocab install` prints)" if exported else ""
-        return [Check("vocab", Status.PASS, f"{status.path} ({status.source}), sha256 verified{how}")]
-    return [Check("vocab", Status.FAIL, f"harmony vocabulary: {status.reason}", fix="gptoss-patch vocab install", issue="G01")]
 
-
-def vocabulary_ahead(environ: Mapping[str, str]) -> tuple[tuple[tuple[str, str], ...], Any]:
-    """The vocabulary verdict for `environ` plus gptoss-patch's exports, keyed by what harmony's lookup reads.
-
-    Hashing the 3.6 MB file costs ~15 ms: serve computes it in a thread while the target probe runs.
-    """
-    from gptoss_patch import vocab
-
-    env = {**environ, **planning.vocabulary_exports(environ)}
-    return _lookup_key(env), vocab.status(env)
-
-
-def _vocabulary_status(plan: LaunchPlan) -> VocabStatus:
-    if plan.vocab_ahead is not None and plan.vocab_ahead[0] == _lookup_key(plan.env):
-        ahead: VocabStatus = plan.vocab_ahead[1]
-        return ahead
-    from gptoss_patch import vocab
-
-    return vocab.status(plan.env)
-
-
-def _lookup_key(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    return tuple((name, env[name]) for name in VOCAB_LOOKUP_ENV if name in env)
+    chosen = plan.vocabulary or planning.vocabulary_choice(plan.base_env, getattr(plan.options, "vocab", None), str(inst.python))
+    if chosen.ok:
+        # `vocab status` prints the same verdict (it calls the same lookup)
+        how = " (exported by gptoss-patch serve; a plain `vllm serve` needs the exports `vocab install` prints)" if chosen.exports else ""
+        return [Check("vocab", Status.PASS, f"{chosen.status.path} (from {chosen.origin}), sha256 verified{how}")]
+    return [Check("vocab", Status.FAIL, f"harmony vocabulary: {chosen.status.reason}", fix="gptoss-patch vocab install", issue="G01")]
 
 
 def _bundled_vocabulary(inst: Installation) -> list[Check]:

@@ -80,7 +80,7 @@ class LaunchPlan:
     patch_report: Any = None  # spec.Report from engine.status
     capabilities: Any = None  # static.Capabilities of the installed vLLM
     options: Any = None  # plan.LaunchOptions the plan was resolved from
-    vocab_ahead: Any = None  # (lookup variables, vocab.VocabStatus) computed ahead by preflight.vocabulary_ahead
+    vocabulary: Any = None  # the vocab.Choice (plan.vocabulary_choice): what harmony loads in the server, and from where
     # The server's module, run as `python -m MODULE --model M`, where the `vllm` script cannot start it.
     server_module: str | None = None
 

@@ -3,6 +3,10 @@
 The child gets its own process group (so SIGINT/SIGTERM reach vLLM's engine and worker processes as one
 group, and only when we forward them) and, on Linux, a parent-death signal (so even a SIGKILL of the
 launcher takes vLLM down). Every exit path stops the whole group before returning.
+
+The one owner of server processes: `start` (own process group, parent-death signal), `stop` (the group,
+bounded) and `wait_healthy` (/health through launcher/http.py, never a proxy) serve `serve`, `bench` and
+the tests' servers alike.
 """
 
 from __future__ import annotations
@@ -15,11 +19,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, cast
+from typing import IO, Any, cast
 
 from gptoss_patch.errors import TargetError
 from gptoss_patch.launcher import knowledge, sentinel
@@ -81,25 +85,65 @@ def run(plan: LaunchPlan, *, log_file: Path, health_url: str, hooks: Hooks) -> R
 
 
 def default_log_file() -> Path:
-    """A new file per run under $XDG_STATE_HOME/gptoss-patch/logs (logs are state, not cache: keep them)."""
-    state_home = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    """A new file per run in the cache root's logs/ (`cache clean` keeps them unless --all)."""
+    from gptoss_patch import paths
+
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return state_home / "gptoss-patch" / "logs" / f"vllm-serve-{stamp}-{os.getpid()}.log"
+    return paths.log_dir() / f"vllm-serve-{stamp}-{os.getpid()}.log"
 
 
 def spawn(plan: LaunchPlan) -> subprocess.Popen:
+    return start(plan.argv, plan.env, name=str(plan.executable))
+
+
+def start(
+    argv: Sequence[str],
+    env: Mapping[str, str] | None,
+    *,
+    stdout: int | IO[Any] = subprocess.PIPE,
+    stdin: int = subprocess.DEVNULL,
+    name: str | None = None,
+) -> subprocess.Popen:
+    """Start a server (or the bench driver) in a process group of its own, stderr merged into stdout, with a
+    parent-death signal; `stop` takes the whole group down. TargetError (naming `name`, else argv[0]) if it
+    cannot start."""
     try:
         return subprocess.Popen(
-            plan.argv,
-            env=plan.env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
+            list(argv),
+            env=dict(env) if env is not None else None,
+            stdin=stdin,
+            stdout=stdout,
             stderr=subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=_parent_death_signal(),
         )
     except OSError as exc:
-        raise TargetError(f"cannot start {plan.executable}: {exc.strerror or exc}") from None
+        raise TargetError(f"cannot start {name or argv[0]}: {exc.strerror or exc}") from None
+
+
+def wait_healthy(
+    health_url: str,
+    child: subprocess.Popen,
+    *,
+    timeout: float | None = None,
+    interval: float = HEALTH_INTERVAL,
+    cancel: threading.Event | None = None,
+) -> float | None:
+    """Poll `health_url` until it answers 200: the seconds waited. None if `child` exited, `timeout` passed or
+    `cancel` was set first (the caller tells which from `child.poll()`)."""
+    from gptoss_patch.launcher import http  # here, after vLLM started: urllib costs ~25 ms of time-to-exec
+
+    started = time.monotonic()
+    while not (cancel is not None and cancel.is_set()) and child.poll() is None:
+        if http.healthy(health_url):
+            return time.monotonic() - started
+        if timeout is not None and time.monotonic() - started > timeout:
+            return None
+        if cancel is not None:
+            cancel.wait(interval)
+        else:
+            time.sleep(interval)
+    return None
 
 
 def _parent_death_signal() -> Callable[[], None] | None:
@@ -150,20 +194,8 @@ def _echo_safely(echo: Callable[[str], None], line: str) -> Callable[[str], None
 
 
 def _probe_health(state: _Run, url: str) -> None:
-    import urllib.request  # here, after vLLM started: importing it costs ~25 ms of time-to-exec
-
-    from gptoss_patch.launcher.smoke import opener_for
-
-    opener = opener_for(url)
-    while not state.finished.is_set() and state.child.poll() is None:
-        try:
-            with opener.open(urllib.request.Request(url), timeout=2) as response:
-                if response.status == 200:
-                    state.events.put(("ready", time.monotonic() - state.started))
-                    return
-        except OSError:  # URLError, refused, reset: not up yet
-            pass
-        state.finished.wait(HEALTH_INTERVAL)
+    if wait_healthy(url, state.child, cancel=state.finished) is not None:
+        state.events.put(("ready", time.monotonic() - state.started))
 
 
 def _supervise(state: _Run, hooks: Hooks) -> None:

@@ -15,7 +15,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from gptoss_patch.hook.plugin import distribution_facts
+from gptoss_patch import distinfo
 from gptoss_patch.launcher import plan as planning
 from gptoss_patch.launcher.results import Check, LaunchPlan, Status
 from gptoss_patch.launcher.static import scan_flags
@@ -74,11 +74,11 @@ def check_harmony_providers(plan: LaunchPlan) -> list[Check]:
         if "harmony" not in dist_info.name.lower():
             continue  # reading every RECORD (torch's is megabytes) would cost more than the whole doctor budget
         try:
-            record = (dist_info / "RECORD").read_text(encoding="utf-8", errors="replace")
+            rows = distinfo.record_rows(dist_info)
         except OSError as exc:
             reason = f"cannot read {dist_info.name}/RECORD ({exc.strerror or exc})"
             return [Check("harmony", Status.WARN, f"cannot tell which package provides openai_harmony: {reason}", issue="G26")]
-        files = _harmony_files(record)
+        files = _harmony_files(rows)
         if files:
             providers[_distribution_name(dist_info)] = files
     required = required_harmony(Path(inst.dist_info))
@@ -101,14 +101,13 @@ def check_harmony_providers(plan: LaunchPlan) -> list[Check]:
     return [Check("harmony", Status.WARN, message, fix=reinstall, issue="G26")]
 
 
-def _harmony_files(record: str) -> dict[str, str]:
+def _harmony_files(rows: list[list[str]]) -> dict[str, str]:
     """{path: sha256 field} of the openai_harmony files a RECORD lists."""
-    files: dict[str, str] = {}
-    for line in record.splitlines():
-        path, _, rest = line.partition(",")
-        if path.startswith(HARMONY_PACKAGE) and not path.endswith(".pyc"):
-            files[path] = rest.partition(",")[0]
-    return files
+    return {
+        fields[0]: fields[1] if len(fields) > 1 else ""
+        for fields in rows
+        if fields[0].startswith(HARMONY_PACKAGE) and not fields[0].endswith(".pyc")
+    }
 
 
 def _matches_disk(site: Path, files: dict[str, str]) -> bool:
@@ -126,26 +125,16 @@ def _matches_disk(site: Path, files: dict[str, str]) -> bool:
 
 
 def _distribution_name(dist_info: Path) -> str:
-    try:
-        for line in (dist_info / "METADATA").read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith("Name:"):
-                return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return dist_info.name.rpartition("-")[0].replace("_", "-")
+    """METADATA's Name; without one, the directory's name spelled as pip shows it (openai_harmony -> openai-harmony)."""
+    return distinfo.header(dist_info, "Name") or distinfo.from_folder(dist_info)[0].replace("_", "-")
 
 
 def required_harmony(dist_info: Path) -> str | None:
     """The harmony requirement in vLLM's METADATA (`oss-harmony>=0.0.11` from 0.31, `openai-harmony>=0.0.3` before)."""
-    try:
-        metadata = (dist_info / "METADATA").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    for line in metadata.splitlines():
-        if line.startswith("Requires-Dist:"):
-            requirement = line.partition(":")[2].split(";")[0].strip()
-            if requirement.replace("_", "-").lower().startswith(HARMONY_DISTRIBUTIONS):
-                return requirement.replace(" ", "")
+    for value in distinfo.requires(dist_info):
+        requirement = value.split(";")[0].strip()
+        if requirement.replace("_", "-").lower().startswith(HARMONY_DISTRIBUTIONS):
+            return requirement.replace(" ", "")
     return None
 
 
@@ -304,8 +293,7 @@ def flashinfer_moe_asked(plan: LaunchPlan) -> str | None:
 
 def installed_version(site: Path, project: str) -> str | None:
     """The version of `project` installed in `site` (`flashinfer_python`: its .dist-info's METADATA)."""
-    found = sorted(site.glob(f"{project}-*.dist-info"))
-    return distribution_facts(str(found[-1]))[1] if found else None
+    return distinfo.installed_version(site, project)
 
 
 def compiled_sm90_moe(site: Path, version: str, environ: dict[str, str]) -> Path | None:

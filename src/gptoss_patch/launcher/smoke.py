@@ -1,14 +1,17 @@
 """The smoke canary: where the system prompt landed, then one chat completion whose answer can be checked mechanically.
 
-The rendering check needs no good model: it sends a system message carrying a unique marker with
-`return_token_ids`, decodes the prompt the server built (its /detokenize) and says where the marker
-landed: in the harmony instructions, or as a raw second system message (G02, harmony_instructions).
+The rendering check needs no good model: it sends a system message and then a developer message, each
+carrying its own unique marker, with `return_token_ids`, decodes the prompt the server built (its
+/detokenize) and says where each marker landed: in the harmony instructions, as a raw second system
+message (G02, harmony_instructions), or nowhere (a developer message after a system message is rendered
+empty when the server puts instructions in the system message: VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS=1).
 It also reads the model's confidence in its first token: a trained gpt-oss is near certain of it,
 random or untrained weights spread it over the whole vocabulary.
 
 The content checks catch what no static check can: `content: null` (G08, G14), a kernel that loops or
 emits garbage (G14), and a system prompt the model ignored (G02). With weights that cannot pass them,
-they say so instead of blaming a patch. Stdlib only (urllib), like the rest of the tool.
+they say so instead of blaming a patch. Stdlib only (urllib, through launcher/http.py: never a proxy for
+loopback), like the rest of the tool.
 """
 
 from __future__ import annotations
@@ -19,18 +22,17 @@ import re
 import secrets
 import time
 import urllib.error
-import urllib.parse
 import urllib.request
 from collections import Counter
 from typing import Any
 
+from gptoss_patch.launcher.http import opener_for
 from gptoss_patch.launcher.results import Check, SmokeReport, Status
 
 MARKER = "PAPAYA-7"
 SYSTEM_PROMPT = f"You are a terse assistant. End every reply with the code word {MARKER}."
 USER_PROMPT = "What is the capital of France? Answer in one short sentence."
 MAX_TOKENS = 512  # room for the analysis channel before the final answer (canary, known-issues doc)
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 RENDER_MARKER = "CANARY-"  # + random hex: unique per run, so it cannot come from a cached prompt
 START, MESSAGE, END = "<|start|>", "<|message|>", "<|end|>"
 # The first token's log-probability above which weights look trained. A trained gpt-oss is near certain
@@ -62,11 +64,16 @@ def run_smoke(base_url: str, *, model: str | None = None, api_key: str | None = 
 
 
 def check_rendering(base_url: str, model: str, api_key: str | None, timeout: float) -> tuple[Check, float | None]:
-    """(where the marked system message landed, the model's log-probability of its first token or None)."""
-    marker = RENDER_MARKER + secrets.token_hex(4)
+    """(where the marked system and developer messages landed, the model's log-probability of its first token or None)."""
+    token = secrets.token_hex(4)
+    marker, developer_marker = f"{RENDER_MARKER}S{token}", f"{RENDER_MARKER}D{token}"  # neither contains the other
     body = {
         "model": model,
-        "messages": [{"role": "system", "content": f"Carry the code {marker}."}, {"role": "user", "content": "hi"}],
+        "messages": [
+            {"role": "system", "content": f"Carry the code {marker}."},
+            {"role": "developer", "content": f"Also carry the code {developer_marker}."},
+            {"role": "user", "content": "hi"},
+        ],
         "max_tokens": 1, "temperature": 0, "return_token_ids": True, "logprobs": True, "top_logprobs": 1,
     }
     status, payload, error = _post_json(base_url + "/v1/chat/completions", body, api_key, timeout)
@@ -78,7 +85,8 @@ def check_rendering(base_url: str, model: str, api_key: str | None, timeout: flo
     text = (decoded or {}).get("prompt")
     if status != 200 or not isinstance(text, str):
         return Check("rendering", Status.WARN, f"cannot decode the rendered prompt: {error or f'HTTP {status}'}"), None
-    return rendering_verdict(locate_marker(text, marker), len(ids)), first_token_logprob(payload)
+    verdict = rendering_verdict(locate_marker(text, marker), locate_marker(text, developer_marker), len(ids))
+    return verdict, first_token_logprob(payload)
 
 
 def locate_marker(prompt: str, marker: str) -> str:
@@ -101,14 +109,39 @@ def locate_marker(prompt: str, marker: str) -> str:
     return "missing"
 
 
-def rendering_verdict(where: str, tokens: int) -> Check:
-    if where in ("system-instructions", "developer-instructions"):
-        place = "the system message's instructions" if where == "system-instructions" else "the developer message's instructions"
-        return Check("rendering", Status.PASS, f"the client's system message is in {place} ({tokens} prompt tokens)")
+INSTRUCTION_PLACES = {
+    "system-instructions": "the system message's instructions",
+    "developer-instructions": "the developer message's instructions",
+}
+SYSTEM_PLACEMENT_FIX = ("restart with VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS unset (gptoss-patch serve "
+                        "--instructions developer, the default): both messages are kept")
+
+
+def rendering_verdict(where: str, developer_at: str, tokens: int) -> Check:
+    """The verdict on one rendered prompt: `where` the client's system message landed, `developer_at` where the
+    developer message that followed it did (locate_marker's answers)."""
+    if where in INSTRUCTION_PLACES and developer_at in INSTRUCTION_PLACES:
+        message = (f"both in the harmony instructions: the client's system message in {INSTRUCTION_PLACES[where]}, "
+                   f"its developer message in {INSTRUCTION_PLACES[developer_at]} ({tokens} prompt tokens)")
+        return Check("rendering", Status.PASS, message)
+    if where in INSTRUCTION_PLACES:
+        return _developer_lost(where, developer_at)
     if where == "second-system-message":
         message = "the client's system message is rendered as a raw second harmony system message"
         return Check("rendering", Status.FAIL, message, fix="gptoss-patch apply --only harmony_instructions (G02)", issue="G02")
     message = f"the client's system message is not where harmony puts instructions (found: {where})"
+    return Check("rendering", Status.FAIL, message, fix="gptoss-patch status: harmony_instructions must be applied (G02)", issue="G02")
+
+
+def _developer_lost(where: str, developer_at: str) -> Check:
+    """The system message is in the instructions, the developer message after it is not."""
+    if developer_at == "missing" and where == "system-instructions":
+        message = ("the client's developer message is missing from the rendered prompt: the server puts instructions in "
+                   "the system message (VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS=1, `gptoss-patch serve --instructions "
+                   "system`), which renders a developer message after a system message empty: its text is lost")
+        return Check("rendering", Status.FAIL, message, fix=SYSTEM_PLACEMENT_FIX, issue="G02")
+    found = "missing from the rendered prompt" if developer_at == "missing" else f"not where harmony puts instructions (found: {developer_at})"
+    message = f"the client's system message is in {INSTRUCTION_PLACES[where]}, but its developer message is {found}"
     return Check("rendering", Status.FAIL, message, fix="gptoss-patch status: harmony_instructions must be applied (G02)", issue="G02")
 
 
@@ -268,11 +301,3 @@ def _json(raw: bytes) -> dict[str, Any]:
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
-
-
-def opener_for(url: str) -> urllib.request.OpenerDirector:
-    """No proxy for loopback (a corporate http_proxy must not intercept 127.0.0.1); environment proxies otherwise."""
-    host = urllib.parse.urlsplit(url).hostname or ""
-    if host in LOOPBACK_HOSTS or host.startswith("127."):
-        return urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    return urllib.request.build_opener()

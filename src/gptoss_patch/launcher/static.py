@@ -108,7 +108,7 @@ def read_capabilities(package_root: Path, version: Version, cache_dir: Path | No
 
 
 def default_cache_dir() -> Path:
-    return paths.cache_home() / "static"
+    return paths.entry_dir("static")
 
 
 def _fingerprint(package_root: Path) -> str:

@@ -171,18 +171,22 @@ SPEC = PatchSpec(
     reads=(HARMONY_UTILS,),
     note=(
         "Upstream fix is vllm#44330, first in 0.23.0 (not #31607, which is an unmerged SM121/HarmonyError PR). "
-        "With the patch, VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS=1 puts instructions in the system message."
+        "With the patch, VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS=1 puts instructions in the system message and "
+        "renders every later developer message empty; `serve` leaves it unset unless given --instructions system."
     ),
     probe_needs_vocabulary=True,
     probe_runs_on="<0.25",  # 0.25+ renders through OnlineRenderer: no _make_request_with_harmony to call
     serve_env=(
+        # Only on request: upstream's default (unset) keeps every system and developer message; with 1,
+        # get_developer_message drops the instructions of every later developer message (vllm#44330 semantics).
         ServeEnv(
             "VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS",
             "1",
-            effect="put the client's system prompt into the harmony system message as instructions "
-            "(vllm#44330 semantics; with 0 it goes to the developer message)",
+            effect="asked for with --instructions system: the client's first system/developer message goes into the "
+            "harmony system message; every later developer message is rendered empty (its text is lost)",
             unset_why="and stock Chat Completions before 0.23 never passes instructions, "
             "so the variable would change nothing there (G02)",
+            choice="--instructions system",
         ),
     ),
     python_frontend=True,

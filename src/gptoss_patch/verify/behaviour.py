@@ -19,6 +19,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from gptoss_patch import vocab
@@ -39,25 +40,30 @@ class ProbeResult:
     evidence: str
     detail: str = ""  # e.g. the rendered prompts; shown on --verbose
     missing: tuple[str, ...] = ()  # what the target environment lacks for this probe
+    fix: str = ""  # the command that lets a probe that could not run run next time
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.id, "passed": self.passed, "evidence": self.evidence}
         if self.missing:
             out["missing"] = list(self.missing)
+        if self.fix:
+            out["fix"] = self.fix
         if self.detail:
             out["detail"] = self.detail
         return out
 
 
 def run(
-    python: str, patch_ids: Sequence[str], *, verbose: bool, on_start: Callable[[str], None] | None = None
+    python: str, patch_ids: Sequence[str], *, verbose: bool, on_start: Callable[[str], None] | None = None,
+    vocabulary: Path | None = None,
 ) -> list[ProbeResult]:
     """One ProbeResult per id, in order; ids without a probe come back with passed=None.
 
-    `on_start(id)` is called as each probe starts in the target process (progress for the caller).
+    `on_start(id)` is called as each probe starts in the target process (progress for the caller);
+    `vocabulary` is --vocab (vocab.choose: else the environment, the tool's root, the target's own copy).
     """
     ids = list(dict.fromkeys(patch_ids))
-    env, vocab_problem = probe_environment(os.environ)
+    env, vocab_problem = probe_environment(os.environ, python=python, vocabulary=vocabulary)
     blocked = {pid: _vocab_blocked(pid, vocab_problem) for pid in ids if vocab_problem and needs_vocabulary(pid)}
     files = plugin_probes()
     probed = probe_ids() | set(files)
@@ -84,27 +90,26 @@ def needs_vocabulary(patch_id: str) -> bool:
     return spec is not None and spec.probe_needs_vocabulary
 
 
-def probe_environment(environ: Mapping[str, str]) -> tuple[dict[str, str], str | None]:
+def probe_environment(
+    environ: Mapping[str, str], *, python: str | None = None, vocabulary: Path | None = None
+) -> tuple[dict[str, str], str | None]:
     """The probe process's environment, and why harmony could not load its vocabulary (or None).
 
-    TIKTOKEN_ENCODINGS_BASE is pointed at the installed vocabulary unless the user set it, so
-    harmony never tries a download from inside a probe.
+    The vocabulary comes from the one lookup (vocab.choose) that serve uses too, so harmony never tries
+    a download from inside a probe, and a probe finds what a server would.
     """
     env = dict(environ)
     env["VLLM_SYSTEM_START_DATE"] = START_DATE
     env.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     for name in SET_BY_PROBES:
         env.pop(name, None)
-    if vocab.ENCODINGS_BASE not in env:
-        installed = vocab.default_dir()
-        if vocab.status(vocab.exports(installed)).ok:
-            env[vocab.ENCODINGS_BASE] = str(installed)
-    current = vocab.status(env)
-    return env, None if current.ok else current.reason
+    chosen = vocab.choose(env, explicit=vocabulary, prefix=Path(python).parent.parent if python else None)
+    env.update(chosen.exports)
+    return env, None if chosen.ok else chosen.status.reason
 
 
 def _vocab_blocked(probe_id: str, reason: str | None) -> ProbeResult:
-    return ProbeResult(probe_id, None, f"cannot load the harmony vocabulary: {reason}", missing=(VOCAB_MISSING,))
+    return ProbeResult(probe_id, None, f"cannot load the harmony vocabulary: {reason}", missing=(VOCAB_MISSING,), fix=vocab.FIX)
 
 
 def _run_probes(

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -20,9 +21,9 @@ from gptoss_patch.engine.record import read_hashes
 from gptoss_patch.errors import WriteFailed
 from gptoss_patch.hook import plugin
 from gptoss_patch.userpatches import load_dirs
+from tests.engine.test_userpatches import ENVS, ENVS_REL, assert_refused_at_load, build, edit, run, snapshot, states
 from tests.support.injected import injected
 from tests.support.markers import needs
-from tests.test_userpatches import ENVS, ENVS_REL, assert_refused_at_load, build, edit, run, snapshot, states
 
 NEW_REL = "vllm/local_helpers.py"
 NEW = "def answer() -> int:\n    return 42\n"
@@ -176,7 +177,7 @@ def test_a_crash_mid_creation_is_completed_by_the_next_command(site, step):
         if at == step and (path is None or path.name in ("RECORD", "local_helpers.py")):
             if at == "record-registered" and NEW_REL not in read_hashes(inst.record):
                 return  # the ledger's own rows: not yet the new file's
-            raise KeyboardInterrupt  # stands in for a kill; tests/test_faults.py uses SIGKILL
+            raise KeyboardInterrupt  # stands in for a kill; tests/engine/test_faults.py uses SIGKILL
 
     with injected(crash), pytest.raises(KeyboardInterrupt):
         engine.apply(inst, user=user)
@@ -232,7 +233,7 @@ def test_a_creation_then_an_edit_of_another_file_in_one_capture_apply_on_a_fresh
     (inst.site_packages / NEW_REL).write_text(NEW)
     edit(inst, ENVS_REL, "VLLM_PORT = None", "VLLM_PORT = 8123")
     wheel = tmp_path / "pristine.whl"
-    from tests.test_userpatches import wheel_of
+    from tests.engine.test_userpatches import wheel_of
 
     wheel_of(build(tmp_path / "pristine"), wheel)
     result = run("capture", "both", "--dir", str(patches), "--venv", str(venv), "--from", str(wheel))
@@ -281,14 +282,15 @@ def test_sigkill_at_every_step_of_a_creation_and_its_revert_leaves_all_or_nothin
     template = tmp_path / "template"  # applied once: the start of every revert run
     subprocess.run(["cp", "-al", str(venv), str(template)], check=True)
     assert gptoss(template, "apply", "--patch-dir", str(patches)).returncode == 0
-    for n, (command, spec) in enumerate(runs):
+    new = inst.site_packages.relative_to(venv) / NEW_REL
+
+    def kill_then_check(n: int, command: str, spec: str) -> None:
         work = tmp_path / f"run{n}"
         subprocess.run(["cp", "-al", str(venv if command == "apply" else template), str(work)], check=True)
         killed = gptoss(work, command, *(["--patch-dir", str(patches)] if command == "apply" else []), at=(spec,))
         assert killed.returncode == KILLED, (command, spec, killed.stderr)
         status = gptoss(work, "status", "--json", "--patch-dir", str(patches))
         assert status.returncode in (0, 1), (command, spec, status.stderr)
-        new = inst.site_packages.relative_to(venv) / NEW_REL
         exists = (work / new).exists()
         listed = NEW_REL in read_hashes(work / rel_record)
         state = {p["id"]: p["state"] for p in json.loads(status.stdout)["patches"]}["helpers"]
@@ -299,6 +301,10 @@ def test_sigkill_at_every_step_of_a_creation_and_its_revert_leaves_all_or_nothin
         assert not (work / new).exists() and (work / rel_record).read_bytes() == pristine_record, (command, spec)
         shutil.rmtree(work)
 
+    # Each run is its own copy of the venv and its own processes: two at a time halve the wall time on 2 cores.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        list(pool.map(lambda job: kill_then_check(job[0], *job[1]), enumerate(runs)))  # re-raises the first failure
+
 
 # -- capture without --from: the release's wheel from gptoss-patch's wheel cache, downloaded by pip on a miss --
 
@@ -306,7 +312,7 @@ def test_sigkill_at_every_step_of_a_creation_and_its_revert_leaves_all_or_nothin
 @pytest.fixture
 def index(site, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """A local package index (pip --find-links) holding the fake release's wheel, and an empty wheel cache."""
-    from tests.test_userpatches import wheel_of
+    from tests.engine.test_userpatches import wheel_of
 
     inst, venv, patches = site
     links = tmp_path / "links"
@@ -360,7 +366,7 @@ def test_a_cached_wheel_that_is_not_the_release_is_refused_by_record(index):
     cache.mkdir()
     other = build(Path(str(cache) + "-other"))
     (other.site_packages / ENVS_REL).write_text("# another build\n")
-    from tests.test_userpatches import wheel_of
+    from tests.engine.test_userpatches import wheel_of
 
     wheel_of(other, cache / "vllm-0.17.1-cp311-cp311-linux_x86_64.whl")
     edit(inst, ENVS_REL, "VLLM_PORT = None", "VLLM_PORT = 8123")
@@ -391,8 +397,8 @@ def test_real_release_capture_without_from_takes_the_cached_wheel_and_carries_a_
     """On the real vllm 0.17.1 (--no-deps install): an edit to envs.py and a new module, captured with no
     --from (the release's wheel comes from the wheel cache the tests share), applied on a fresh install,
     reverted there with RECORD as pip wrote it."""
+    from tests.engine.test_userpatches import replace_text
     from tests.support.upstream import fresh_install, site_packages
-    from tests.test_userpatches import replace_text
 
     venv, site, patches = real
     replace_text(site / ENVS_REL, '"VLLM_HOST_IP": lambda: os.getenv("VLLM_HOST_IP", ""),',
@@ -447,7 +453,7 @@ def test_diff_shows_a_pending_creation_as_git_applies_it_and_capture_files_takes
 
 def test_a_plugin_patch_ships_a_behaviour_probe_that_verify_runs_in_the_target(site, tmp_path):
     from gptoss_patch.verify.probes import MARKER, RUNNER
-    from tests.test_userpatches import EXAMPLE, plugin_env, tool
+    from tests.engine.test_userpatches import EXAMPLE, plugin_env, tool
 
     inst, venv, patches = site
     env = plugin_env(tmp_path)
@@ -484,7 +490,7 @@ def harness_0171(tmp_path: Path) -> Path:
 
 
 def test_real_vllm_imports_the_plugin_patch_and_its_probe_passes_only_once_applied(harness_0171, tmp_path):
-    from tests.test_userpatches import plugin_env, tool
+    from tests.engine.test_userpatches import plugin_env, tool
 
     env = plugin_env(tmp_path)
     python = str(harness_0171)
@@ -499,7 +505,7 @@ def test_real_vllm_imports_the_plugin_patch_and_its_probe_passes_only_once_appli
 
 
 def test_a_plugin_whose_probe_is_not_a_file_is_left_out_with_one_line(tmp_path):
-    from tests.test_userpatches import tool
+    from tests.engine.test_userpatches import tool
 
     package = tmp_path / "src" / "bad_probe_patches"
     package.mkdir(parents=True)

@@ -197,7 +197,9 @@ def test_stale_patch_is_conflict_with_the_failing_hunk_and_apply_writes_nothing(
     before = snapshot(inst)
     result = run("apply", "--venv", str(venv), "--patch-dir", str(patches))
     assert result.exit_code == 5
-    assert result.stderr.splitlines()[0].startswith("error: stale is conflict: does not apply to vllm 0.17.1: patch failed")
+    error, hint = result.stderr.splitlines()[:2]  # the file, what is in the way, and a fix (issue 22: not "stale is conflict")
+    assert error.startswith(f"error: user patch stale ({patches / 'stale.diff'}): does not apply to vllm 0.17.1: patch failed")
+    assert "capture" in hint and "--skip stale" in hint
     assert snapshot(inst) == before
 
 
@@ -405,7 +407,7 @@ def test_real_release_patch_for_another_range_is_out_of_range_and_a_stale_one_co
 
 # -- patch sets from other packages: the entry-point group gptoss_patch.patches ----------------------
 
-EXAMPLE = Path(__file__).parent.parent / "examples" / "gptoss-patch-example-plugin"
+EXAMPLE = Path(__file__).parents[2] / "examples" / "gptoss-patch-example-plugin"
 
 
 def plugin_env(tmp_path: Path) -> dict[str, str]:

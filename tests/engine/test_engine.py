@@ -173,7 +173,7 @@ def test_unwritable_target_directory_is_refused_untouched(inst, monkeypatch):
 def test_interrupted_apply_is_completed_by_the_next_status(inst):
     def crash(step: str, path: Path | None) -> None:
         if step == "after-file":
-            raise KeyboardInterrupt  # stands in for a kill; tests/test_faults.py uses SIGKILL
+            raise KeyboardInterrupt  # stands in for a kill; tests/engine/test_faults.py uses SIGKILL
 
     with injected(crash), pytest.raises(KeyboardInterrupt):
         engine.apply(inst)

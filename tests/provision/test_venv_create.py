@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from gptoss_patch import provision as venv_create
 from gptoss_patch.cli import app
 from gptoss_patch.engine.record import read_hashes
 from gptoss_patch.fsutil import sha256
-from gptoss_patch.hook import venv as venv_create
 from tests.support import harness
 from tests.support.health import complaints, uv_binary
 from tests.support.upstream import WHEELS, fresh_install, site_packages, wheel_path
@@ -115,7 +115,7 @@ def test_a_wheel_rebuilt_from_an_installed_gptoss_patch_installs_the_same_files(
     """The source for a venv when gptoss-patch runs from a wheel install, not a checkout."""
     directory, _ = created
     python = directory / "bin" / "python"
-    code = "import sys; from importlib import metadata; from pathlib import Path; from gptoss_patch.hook import venv; " \
+    code = "import sys; from importlib import metadata; from pathlib import Path; from gptoss_patch import provision as venv; " \
            "print(venv.rebuild_wheel(metadata.distribution('gptoss-patch'), Path(sys.argv[1])))"
     wheel = Path(run(python, "-c", code, str(tmp_path)).stdout.strip())
     bare = tmp_path / "bare"

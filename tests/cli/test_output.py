@@ -56,7 +56,7 @@ def test_status_at_80_columns_fits_and_keeps_every_id_whole(venv: str) -> None:
 def test_status_wide_shows_every_path_whole_on_one_line(venv: str, flag: str) -> None:
     result = run("status", "--venv", venv, flag)
     assert "serving.py" in result.stdout
-    shown = {path for path in TARGETS for line in result.stdout.splitlines() if f" {path} " in line}
+    shown = {path for path in TARGETS for line in result.stdout.splitlines() if path in line.split()}
     assert "vllm/entrypoints/openai/chat_completion/serving.py" in shown and "left out" not in result.stderr
 
 
@@ -90,7 +90,7 @@ def test_quiet_keeps_errors() -> None:
 
 def test_verbose_is_additive_from_the_root_and_the_command(venv: str) -> None:
     assert run("-v", "status", "--venv", venv, "-vv").exit_code == 1
-    wide = run("-v", "status", "--venv", venv)
+    wide = run("-v", "status", "--venv", venv, columns=200)
     assert "file" in wide.stdout.splitlines()[1] and "left out" not in wide.stderr
 
 
@@ -154,3 +154,77 @@ def test_help_paragraphs_are_re_flowed_sentences(command: tuple[str, ...]) -> No
         if lines[0].startswith(("Usage:", "DIR:", "bash|zsh|fish:")) or len(lines) < 2:
             continue
         assert all(len(line) >= 45 for line in lines[:-1]), paragraph  # filled (a long word may end a line early)
+
+
+# -- issue 22, item 4: every table and every verbosity holds at 80, 100 and 120 columns -------------------------
+
+
+def _expected_status(venv: str) -> dict[str, tuple[str, str]]:
+    """patch id -> (state, file) from `status --json`."""
+    report = json.loads(run("status", "--venv", venv, "--json", columns=3000).stdout)
+    return {p["id"]: (p["state"], p["file"]) for p in report["patches"]}
+
+
+@pytest.mark.parametrize("columns", [80, 100, 120])
+@pytest.mark.parametrize("flags", [(), ("-v",), ("--wide",)])
+def test_status_fits_every_width_with_ids_states_and_paths_whole(venv: str, flags: tuple[str, ...], columns: int) -> None:
+    expected = _expected_status(venv)
+    result = run("status", "--venv", venv, *flags, columns=columns)
+    assert result.exit_code == 1, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines and max(len(line) for line in lines) <= columns, max(lines, key=len)
+    for patch_id, (state, _file) in expected.items():  # the id and its state whole, on one line
+        assert any({patch_id, state} <= set(line.replace("│", " ").split()) for line in lines), (patch_id, state)
+    if flags:  # -v and --wide leave no column out: every path is there, whole
+        assert "left out" not in result.stderr
+        words = set(result.stdout.replace("│", " ").split())
+        assert {file for _state, file in expected.values() if file} <= words
+        reasons = json.loads(run("status", "--venv", venv, "--json", columns=3000).stdout)["patches"]
+        assert all(p["reason"].split()[-1] in words for p in reasons)  # the reason is shown (not an empty column)
+
+
+@pytest.mark.parametrize("columns", [80, 100, 120])
+@pytest.mark.parametrize("flags", [(), ("-v",), ("--wide",)])
+def test_list_fits_every_width_with_ids_paths_and_urls_whole(flags: tuple[str, ...], columns: int) -> None:
+    result = run("list", *flags, columns=columns)
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines and max(len(line) for line in lines) <= columns, max(lines, key=len)
+    words = set(result.stdout.replace("│", " ").split())
+    assert set(IDS) <= words
+    if flags:
+        assert "left out" not in result.stderr
+        assert set(TARGETS) <= words
+        assert {url for spec in all_specs() for url in spec.upstream} <= words
+        assert "VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS=1" in words  # a long word of a summary is never folded
+
+
+def test_list_takes_verbose_as_the_readme_says() -> None:
+    assert run("list", "-v").exit_code == 0
+    assert run("-v", "list").stdout == run("list", "--wide").stdout
+
+
+def test_apply_verbose_adds_every_state_and_very_verbose_the_diff_written(venv: str) -> None:
+    plain = run("apply", "--venv", venv)
+    assert run("revert", "--venv", venv).exit_code == 0
+    verbose = run("apply", "--venv", venv, "-v")
+    assert run("revert", "--venv", venv).exit_code == 0
+    very = run("apply", "--venv", venv, "-vv")
+    assert plain.exit_code == verbose.exit_code == very.exit_code == 0
+    assert "out-of-range" not in plain.stdout and "out-of-range" in verbose.stdout  # every patch, not only the changed
+    assert "+++ b/vllm/" not in verbose.stdout and "+++ b/vllm/entrypoints/openai/chat_completion/serving.py" in very.stdout
+    assert max(len(line) for line in verbose.stdout.splitlines()) <= 80
+
+
+def test_no_color_removes_every_escape_code_as_color_never_does(venv: str) -> None:
+    """On a terminal (FORCE_COLOR stands in for one), NO_COLOR leaves no bold or dim codes either."""
+    base = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
+
+    def status(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "gptoss_patch", "status", "--venv", venv, *args]
+        return subprocess.run(command, capture_output=True, text=True, env={**base, "COLUMNS": "200", **env}, check=False)
+
+    no_color = status(NO_COLOR="1", FORCE_COLOR="1")
+    never = status("--color", "never", FORCE_COLOR="1")
+    assert "\x1b[" not in no_color.stdout + no_color.stderr
+    assert (no_color.stdout, no_color.stderr) == (never.stdout, never.stderr)

@@ -21,9 +21,9 @@ import pytest
 
 from gptoss_patch import model, vocab
 from gptoss_patch.errors import UsageError
+from tests.model.test_tiny_model import expected_tensors, fake_interpreter, safetensors_header
 from tests.support import tiny_model as support, upstream
 from tests.support.markers import needs
-from tests.test_tiny_model import expected_tensors, fake_interpreter, safetensors_header
 
 LOADER_VERSIONS = ("0.17.1", "0.20.2", "0.33.0")
 MODEL_FILE = "vllm/model_executor/models/gpt_oss.py"

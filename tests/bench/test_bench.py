@@ -15,9 +15,20 @@ def test_rounds_alternate_which_server_goes_first() -> None:
     runs = bench.schedule(["profile", "vanilla"], WORKLOAD)
     assert [(r.round, r.concurrency, r.server) for r in runs] == [
         (0, 1, "profile"), (0, 1, "vanilla"), (0, 10, "vanilla"), (0, 10, "profile"),
-        (1, 1, "profile"), (1, 1, "vanilla"), (1, 10, "vanilla"), (1, 10, "profile"),
+        (1, 1, "vanilla"), (1, 1, "profile"), (1, 10, "profile"), (1, 10, "vanilla"),
     ]  # fmt: skip
     assert len({r.id for r in runs}) == len(runs)
+
+
+@pytest.mark.parametrize("concurrencies", [(1,), (1, 10), (1, 5, 10), (1, 2, 4, 8)])
+@pytest.mark.parametrize("servers", [["profile", "vanilla"], ["profile", "vanilla", "recipe"]])
+def test_at_every_concurrency_each_server_leads_equally_often(concurrencies: tuple[int, ...], servers: list[str]) -> None:
+    """The H100 runs had the profile first at C=1 and vanilla first at C=10 in all six rounds (even count)."""
+    workload = bench.Workload(model="/m", concurrency=concurrencies, repeat=2 * len(servers))
+    runs = bench.schedule(servers, workload)
+    for concurrency in concurrencies:
+        leads = [r.server for r in runs if r.concurrency == concurrency][:: len(servers)]
+        assert sorted(leads) == sorted(servers * 2), (concurrency, leads)
 
 
 def test_three_servers_rotate() -> None:
@@ -50,6 +61,19 @@ def test_a_result_becomes_the_tables_figures() -> None:
     sample = bench.sample_from(RESULT, bench.Run("r0-c10-profile", "profile", 10, 0))
     assert sample.prefill == pytest.approx(10 * 128 / 0.05)  # streams x prompt tokens / mean TTFT
     assert (sample.generation, sample.peak, sample.tpot_ms) == (1344.2, 1500.0, 7.29)
+
+
+def test_a_round_whose_first_token_stalled_is_flagged_and_tpot_gives_the_decode_ratio() -> None:
+    def run(server: str, round_: int, ttft: float, generation: float, tpot: float) -> bench.Sample:
+        return bench.Sample(server, 10, round_, 1.0, generation, generation, tpot, 20, 0, ttft)
+
+    samples = [run("profile", r, 60.0, 1400.0, 6.8) for r in range(3)] + [
+        run("vanilla", 0, 90.0, 1300.0, 7.3), run("vanilla", 1, 1800.0, 1150.0, 7.3), run("vanilla", 2, 110.0, 1310.0, 7.3),
+    ]  # fmt: skip
+    profile, vanilla = bench.summarize(samples, ["profile", "vanilla"])
+    assert vanilla.ttft_outliers == (1,) and profile.ttft_outliers == ()
+    assert profile.tpot_ratio == pytest.approx(7.3 / 6.8)
+    assert bench.sample_from(RESULT, bench.Run("x", "vanilla", 10, 0)).ttft_ms == pytest.approx(50.0)
 
 
 def test_a_run_where_nothing_completed_is_an_error() -> None:

@@ -98,3 +98,87 @@ def test_an_unexpected_error_is_one_line_and_a_traceback_only_under_verbose() ->
     assert result.stderr.splitlines() == ["error: unexpected error: ValueError: bad", "hint: re-run with --verbose for the traceback"]
     verbose = CliRunner().invoke(group, ["boom", "-v"])
     assert isinstance(verbose.exception, ValueError)  # re-raised: python prints the traceback
+
+
+# -- issue 22, item 5: every error names its source and a fix that works ------------------------------------
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> str:
+    from tests.support import fakesite
+
+    fakesite.build(tmp_path / "venv")
+    return str(tmp_path / "venv")
+
+
+def test_no_active_virtualenv_says_so_and_points_at_venv_not_at_our_own_interpreter(tmp_path: Path) -> None:
+    """Under pipx (or uv tool) with no venv active, the target is gptoss-patch's own interpreter: never suggest
+    installing vLLM there."""
+    result = CliRunner().invoke(app, ["status"], env={"VIRTUAL_ENV": None})
+    assert result.exit_code == 4
+    line = one_error_line(result.stderr)
+    assert line.startswith("error: no virtualenv is active, and the interpreter running gptoss-patch")
+    assert "--venv DIR" in result.stderr and "pip install" not in result.stderr
+
+
+def test_a_virtual_env_that_does_not_exist_is_named_as_coming_from_virtual_env() -> None:
+    result = CliRunner().invoke(app, ["status"], env={"VIRTUAL_ENV": "/nonexistent"})
+    assert result.exit_code == 4
+    assert one_error_line(result.stderr) == (
+        "error: $VIRTUAL_ENV is /nonexistent, which has no bin/python (a virtualenv removed or moved since it was activated?)"
+    )
+    assert "deactivate" in result.stderr and "--venv DIR" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("body", "where"),
+    [
+        ("@@ -1,3 +1,4 @@\n import torch\n+import os\ngarbage\n", "line 7 ('garbage') breaks the hunk that starts at line 4"),
+        ("@@ -1,3 +1,4 @@\n import torch\n+import os\n", "the file ends inside the hunk that starts at line 4"),
+    ],
+)
+def test_a_malformed_user_patch_is_unreadable_not_a_conflict(fake: str, tmp_path: Path, body: str, where: str) -> None:
+    from tests.support.fakesite import MXFP4_REL
+
+    patches = tmp_path / "patches"
+    patches.mkdir()
+    (patches / "broken.diff").write_text(f"# vllm: ==0.17.1\n--- a/{MXFP4_REL}\n+++ b/{MXFP4_REL}\n{body}")
+    for command in ("status", "apply"):
+        result = CliRunner().invoke(app, [command, "--venv", fake, "--patch-dir", str(patches)])
+        assert result.exit_code == 2, result.stderr
+        line = one_error_line(result.stderr)
+        assert line.startswith(f"error: user patch {patches / 'broken.diff'} cannot be read as a patch: {where}"), line
+        assert "conflict" not in result.stderr and "capture" in result.stderr
+
+
+def test_a_user_patch_that_does_not_apply_names_its_file_what_is_in_the_way_and_a_fix(fake: str, tmp_path: Path) -> None:
+    from tests.support.fakesite import MXFP4_REL
+
+    patches = tmp_path / "patches"
+    patches.mkdir()
+    (patches / "noapply.diff").write_text(
+        f"# vllm: ==0.17.1\n--- a/{MXFP4_REL}\n+++ b/{MXFP4_REL}\n@@ -1,1 +1,1 @@\n-import numpy\n+import numpy as np\n"
+    )
+    result = CliRunner().invoke(app, ["apply", "--venv", fake, "--patch-dir", str(patches)])
+    assert result.exit_code == 5
+    line = one_error_line(result.stderr)
+    assert "is conflict" not in line
+    assert line.startswith(f"error: user patch noapply ({patches / 'noapply.diff'}): does not apply to vllm 0.17.1: patch failed: {MXFP4_REL}:1")
+    assert "capture" in result.stderr and "--skip noapply" in result.stderr
+
+
+def test_revert_calls_an_unnamed_opt_in_patch_opt_in_never_pending(fake: str) -> None:
+    opt_in = "harmony_no_tools_channels"
+    assert CliRunner().invoke(app, ["apply", "--venv", fake, "--with", opt_in]).exit_code == 0
+    for _ in ("reverted", "nothing to revert"):
+        result = CliRunner().invoke(app, ["revert", "--venv", fake, "--json"])
+        assert result.exit_code == 0
+        state = {p["id"]: p["state"] for p in json.loads(result.stdout)["patches"]}[opt_in]
+        assert state == "opt-in"
+
+
+def test_apply_check_with_nothing_to_do_says_so(fake: str) -> None:
+    assert CliRunner().invoke(app, ["apply", "--venv", fake]).exit_code == 0
+    result = CliRunner().invoke(app, ["apply", "--venv", fake, "--check"])
+    assert result.exit_code == 0
+    assert "Would apply" not in result.stderr and "Nothing to apply: 3 applied" in result.stderr

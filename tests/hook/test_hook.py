@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -26,7 +27,7 @@ pytestmark = [pytest.mark.upstream, pytest.mark.harness]
 VERSION = "0.17.1"
 SERVING = "vllm/entrypoints/openai/chat_completion/serving.py"
 MARLIN = "vllm/model_executor/layers/quantization/utils/marlin_utils.py"
-DRIVER = Path(__file__).parent / "support" / "hook_driver.py"
+DRIVER = Path(__file__).parents[1] / "support" / "hook_driver.py"
 MARK = "@@ "
 runner = CliRunner()
 
@@ -426,6 +427,76 @@ def test_install_over_an_untrusted_ledger_creates_nothing(nodeps):
     result = cli(nodeps, "hook", "install")
     assert result.exit_code == 5 and "cannot be trusted: it describes vllm 0.16.0" in result.stderr
     assert hook_files(nodeps) == []
+
+
+def run_fix(line: str):
+    """Run a `gptoss-patch ...` command line the tool recommended, in this process."""
+    words = shlex.split(line)
+    assert words[0] == "gptoss-patch", line
+    return runner.invoke(app, words[1:])
+
+
+def fix_lines(stderr: str) -> list[str]:
+    """The commands under revert's "fix, one of:" (each followed by what it does, in parentheses)."""
+    after = stderr.split("fix, one of:\n", 1)[1].splitlines()
+    return [line.strip().rsplit("   (", 1)[0] for line in after if line.startswith("  gptoss-patch ")]
+
+
+def test_hook_status_on_an_untrusted_ledger_recommends_a_fix_that_works(nodeps):
+    python = nodeps / "bin" / "python"
+    assert cli(nodeps, "apply").exit_code == 0 and cli(nodeps, "hook", "install").exit_code == 0
+    ledger = next(site_packages(nodeps).glob("vllm-*.dist-info")) / "gptoss_patch" / "ledger.json"
+    replace_file(ledger, b"{not json")
+    assert cli(nodeps, "revert", "--force").exit_code == 5  # what it recommended before: refused, every time
+
+    status = cli(nodeps, "hook", "status")
+    fix = next(line for line in status.stderr.splitlines() if line.startswith("fix: "))[len("fix: "):]
+    assert status.exit_code == 1 and "revert --force" not in fix
+    reinstall, _, then = fix.partition(", then ")
+    assert reinstall == f"{python} -m pip install --force-reinstall --no-deps vllm=={VERSION}"
+    # the same reinstall, from the cached wheel (no index here), with the test's pip
+    pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--force-reinstall", "--no-compile"]
+    subprocess.run([*pip, str(wheel_path(VERSION))], check=True, capture_output=True)
+    applied = run_fix(then)
+    assert applied.exit_code == 0, applied.stderr
+    assert cli(nodeps, "hook", "status").exit_code == 0
+
+
+def test_revert_warns_when_a_fail_hook_will_refuse_and_each_fix_it_offers_works(nodeps):
+    assert cli(nodeps, "apply").exit_code == 0 and cli(nodeps, "hook", "install").exit_code == 0
+    partial = cli(nodeps, "revert", "--only", "harmony_instructions")
+    assert partial.exit_code == 0, partial.stderr
+    assert (f"warning: the gptoss-patch hook in {site_packages(nodeps)} (mode fail) expects harmony_instructions: "
+            "it now refuses every vLLM start") in partial.stderr
+    apply_again, narrower, uninstall = fix_lines(partial.stderr)
+    assert apply_again.startswith("gptoss-patch apply --python ") and uninstall.startswith("gptoss-patch hook uninstall --python ")
+    assert narrower.endswith(" --skip harmony_instructions")
+    installed = run_fix(narrower)  # expect only what is still applied
+    assert installed.exit_code == 0, installed.stderr
+    assert cli(nodeps, "hook", "status").exit_code == 0
+
+    everything = cli(nodeps, "revert")
+    assert everything.exit_code == 0 and "it now refuses every vLLM start" in everything.stderr
+    apply_again, uninstall = fix_lines(everything.stderr)  # nothing left to expect: no narrower install
+    assert apply_again.endswith(" --skip harmony_instructions")  # the hook's recorded selection
+    assert run_fix(apply_again).exit_code == 0 and cli(nodeps, "hook", "status").exit_code == 0
+
+    again = cli(nodeps, "revert")
+    assert "refuses every vLLM start" in again.stderr
+    assert run_fix(fix_lines(again.stderr)[-1]).exit_code == 0  # hook uninstall
+    assert cli(nodeps, "apply").exit_code == 0
+    quiet = cli(nodeps, "revert")  # no hook: nothing to warn about
+    assert quiet.exit_code == 0 and "hook" not in quiet.stderr
+
+
+def test_revert_says_nothing_about_a_warn_hook_and_warns_that_an_apply_hook_re_applies(nodeps):
+    assert cli(nodeps, "apply").exit_code == 0
+    assert cli(nodeps, "hook", "install", "--mode", "warn").exit_code == 0
+    assert "hook" not in cli(nodeps, "revert").stderr
+    assert cli(nodeps, "apply").exit_code == 0
+    assert cli(nodeps, "hook", "install", "--mode", "apply").exit_code == 0
+    reverted = cli(nodeps, "revert", "--only", "harmony_instructions")
+    assert "(mode apply) expects harmony_instructions: it will re-apply them at the next vLLM start" in reverted.stderr
 
 
 def test_install_refuses_a_drifted_patch_and_creates_nothing(nodeps):

@@ -12,9 +12,8 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
-from gptoss_patch import registry, render
+from gptoss_patch import provision as venv_create, registry, render
 from gptoss_patch.cli import app
-from gptoss_patch.hook import venv as venv_create
 from gptoss_patch.spec import Selection
 from gptoss_patch.verify import behaviour
 from gptoss_patch.verify.probes import MARKER

@@ -1,0 +1,103 @@
+"""The servers of a bench run, from the launcher's plan: the profile, vanilla, eager and each --variant, each on
+its own port and with its share of GPU memory; and what `--bound` compares against."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gptoss_patch.bench.spec import SHARED_MEMORY_UTILIZATION, ServerSpec
+from gptoss_patch.bench.stats import BenchReport
+
+if TYPE_CHECKING:
+    from gptoss_patch.bench.bound import Bound
+    from gptoss_patch.launcher.results import LaunchPlan
+    from gptoss_patch.model import Recipe
+
+LOOPBACK = "127.0.0.1"  # every bench server listens here only
+
+
+def memory_share(servers: int, user_args: tuple[str, ...], gpu: str | None) -> tuple[str, ...]:
+    """Servers sharing one GPU each take a part of its memory, unless the user set the fraction."""
+    if servers == 1 or gpu == "cpu" or any(arg.startswith("--gpu-memory-utilization") for arg in user_args):
+        return ()
+    share = SHARED_MEMORY_UTILIZATION if servers == 2 else f"{0.88 / servers:.2f}"
+    return ("--gpu-memory-utilization", share)
+
+
+def server_specs(
+    plan: LaunchPlan, port: int, comparisons: Sequence[str], variants: Sequence[tuple[str, tuple[str, ...]]]
+) -> list[ServerSpec]:
+    """The profile on `port`, then the compared servers and the variants on the next ports, in that order."""
+    specs = [profile_spec(plan, port)] + [compared_spec(plan, name, port + i) for i, name in enumerate(comparisons, 1)]
+    specs += [variant_spec(plan, name, args, port + len(specs) + i) for i, (name, args) in enumerate(variants)]
+    return specs
+
+
+def profile_spec(plan: LaunchPlan, port: int) -> ServerSpec:
+    from gptoss_patch.launcher import plan as planning
+
+    return ServerSpec("profile", tuple(plan.argv), plan.env, port, planning.served_model(plan))
+
+
+def variant_spec(plan: LaunchPlan, name: str, args: tuple[str, ...], port: int) -> ServerSpec:
+    """The profile server again on its own port, with the variant's arguments last (so they win)."""
+    from gptoss_patch.launcher import plan as planning
+
+    argv = list(plan.argv)
+    at = argv.index("--port") + 1
+    argv[at] = str(port)
+    return ServerSpec(name, (*argv, *args), plan.env, port, planning.served_model(plan))
+
+
+def compared_spec(plan: LaunchPlan, name: str, port: int) -> ServerSpec:
+    """vanilla: `vllm serve MODEL --host --port` and your arguments, nothing of the profile but the local
+    vocabulary (so it starts offline too); eager: the profile without capture sizes, plus --enforce-eager."""
+    from gptoss_patch.launcher import plan as planning, profiles
+
+    head = [str(plan.executable), *plan.entry]
+    where = ["--host", LOOPBACK, "--port", str(port)]
+    if name == "vanilla":
+        vocabulary = {s.name: s.values[0] for s in plan.settings if s.kind == "env" and s.name.startswith("TIKTOKEN")}
+        argv = [*head, *where, *plan.extra_args]
+        return ServerSpec(name, tuple(argv), {**plan.base_env, **vocabulary}, port, planning.served_model(plan))
+    kept = [
+        s
+        for s in plan.settings
+        if s.kind == "flag" and s.name not in ("--host", "--port") and not profiles.is_capture_setting(s)
+    ]
+    argv = [*head, *where, *[a for s in kept for a in s.argv], *plan.extra_args, "--enforce-eager"]
+    return ServerSpec(name, tuple(argv), plan.env, port, planning.served_model(plan))
+
+
+def default_log_dir() -> Path:
+    """A new directory per run beside serve's logs."""
+    from gptoss_patch.launcher import runner
+
+    return runner.default_log_file().parent / time.strftime(f"bench-%Y%m%d-%H%M%S-{os.getpid()}")
+
+
+def bound_recipe(model: str, sizes: tuple[int, ...]) -> Recipe:
+    """--bound: the recipe of the local gpt-oss directory `model`; decode is compared at concurrency 1."""
+    from gptoss_patch.bench import bound as bounds
+    from gptoss_patch.errors import UsageError
+
+    if 1 not in sizes:
+        raise UsageError("--bound compares decode at concurrency 1: add 1 to --concurrency")
+    return bounds.recipe_from_model(model)
+
+
+def measure_bound(python: str, recipe: Recipe, context: int) -> Bound:
+    """The GPU's copy bandwidth (measured in `python`) and the bytes a decode step reads at `context` tokens."""
+    from gptoss_patch.bench import bound as bounds
+
+    bandwidth = bounds.measure_bandwidth(python)
+    return bounds.Bound(bounds.decode_bytes(recipe, context), bandwidth)
+
+
+def fractions(report: BenchReport, limit: Bound) -> dict[str, float]:
+    """Per server: the bound's time per token over the median TPOT at concurrency 1."""
+    return {row.server: round(limit.fraction(row.tpot_ms.median), 4) for row in report.rows if row.concurrency == 1}

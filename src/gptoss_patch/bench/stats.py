@@ -1,0 +1,159 @@
+"""The figures: vLLM's result JSON reduced to a Sample per run, medians and ranges per (server, concurrency), the
+ratios, and the report."""
+
+from __future__ import annotations
+
+import collections
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from gptoss_patch.bench.schedule import Run
+from gptoss_patch.bench.spec import BenchFailed
+
+
+@dataclass(frozen=True)
+class Sample:
+    """The figures of one run (vLLM's result JSON, reduced)."""
+
+    server: str
+    concurrency: int
+    round: int
+    prefill: float  # tok/s: concurrent streams x input length / mean time to first token
+    generation: float  # tok/s: output tokens / duration (vLLM's output_throughput)
+    peak: float  # tok/s: vLLM's max_output_tokens_per_s (highest one-second sample)
+    tpot_ms: float  # vLLM's median_tpot_ms
+    completed: int
+    failed: int
+    ttft_ms: float = 0.0  # vLLM's mean_ttft_ms: a prefill stall shows here first
+
+
+@dataclass(frozen=True)
+class Stat:
+    median: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Stat:
+        return cls(statistics.median(values), min(values), max(values))
+
+
+@dataclass(frozen=True)
+class Row:
+    """One concurrency for one server: medians over the rounds with their range; the ratio to `baseline`."""
+
+    server: str
+    concurrency: int
+    rounds: int
+    prefill: Stat
+    generation: Stat
+    peak: Stat
+    tpot_ms: Stat
+    ratio: float | None = None  # generation median / the compared server's, for the profile's rows
+    within_spread: bool | None = None  # the two generation ranges overlap: the difference is noise
+    ttft_ms: Stat | None = None
+    tpot_ratio: float | None = None  # the compared server's median TPOT / this one's: > 1 is faster decode
+    ttft_outliers: tuple[int, ...] = ()  # rounds whose mean TTFT stalled (TTFT_OUTLIER x the others' median)
+
+
+TTFT_OUTLIER = 3.0  # a round whose mean TTFT is 3x the median of its other rounds queued in prefill
+
+
+@dataclass
+class BenchReport:
+    servers: list[dict[str, Any]]
+    workload: dict[str, Any]
+    rows: list[Row]
+    samples: list[Sample]
+    bench_argv: list[str]
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "servers": self.servers,
+            "workload": self.workload,
+            "rows": [asdict(row) for row in self.rows],
+            "samples": [asdict(sample) for sample in self.samples],
+            "bench_command": self.bench_argv,
+            "seconds": round(self.seconds, 1),
+        }
+
+
+def sample_from(result: dict[str, Any], run: Run) -> Sample:
+    """Reduce vLLM's result JSON to the table's figures; a run where requests failed is an error."""
+    completed = int(result.get("completed") or 0)
+    failed = int(result.get("failed") or 0)
+    if completed == 0:
+        raise BenchFailed(f"{run.server} at concurrency {run.concurrency}: no request completed ({failed} failed)")
+    mean_ttft = float(result.get("mean_ttft_ms") or 0.0) / 1000
+    input_per_request = float(result.get("total_input_tokens") or 0) / completed
+    streams = min(run.concurrency, completed)
+    return Sample(
+        server=run.server,
+        concurrency=run.concurrency,
+        round=run.round,
+        prefill=streams * input_per_request / mean_ttft if mean_ttft > 0 else 0.0,
+        generation=float(result.get("output_throughput") or 0.0),
+        peak=float(result.get("max_output_tokens_per_s") or 0.0),
+        tpot_ms=float(result.get("median_tpot_ms") or 0.0),
+        completed=completed,
+        failed=failed,
+        ttft_ms=mean_ttft * 1000,
+    )
+
+
+def summarize(samples: Sequence[Sample], servers: Sequence[str], variants: Sequence[str] = ()) -> list[Row]:
+    """Medians and ranges per (server, concurrency), in schedule order; the profile's rows carry the ratio
+    of its median generation rate to the first compared server's (vanilla or eager), a variant's rows the
+    ratio of theirs to the profile's, each with whether the two ranges overlap."""
+    groups: dict[tuple[str, int], list[Sample]] = collections.defaultdict(list)
+    for sample in samples:
+        groups[(sample.server, sample.concurrency)].append(sample)
+    rows: dict[tuple[str, int], Row] = {}
+    for (name, concurrency), found in groups.items():
+        rows[(name, concurrency)] = Row(
+            server=name,
+            concurrency=concurrency,
+            rounds=len(found),
+            prefill=Stat.of([s.prefill for s in found]),
+            generation=Stat.of([s.generation for s in found]),
+            peak=Stat.of([s.peak for s in found]),
+            tpot_ms=Stat.of([s.tpot_ms for s in found]),
+            ttft_ms=Stat.of([s.ttft_ms for s in found]),
+            ttft_outliers=ttft_outliers(found),
+        )
+    baseline = next((s for s in servers if s != "profile" and s not in variants), None)
+    ordered = []
+    for concurrency in sorted({c for _, c in rows}):
+        for name in servers:
+            row = rows.get((name, concurrency))
+            if row is None:
+                continue
+            against = baseline if name == "profile" else "profile" if name in variants else None
+            other = rows.get((against, concurrency)) if against else None
+            if other is not None and other.generation.median > 0:
+                overlap = row.generation.low <= other.generation.high and other.generation.low <= row.generation.high
+                row = Row(
+                    **{
+                        **row.__dict__,
+                        "ratio": row.generation.median / other.generation.median,
+                        "within_spread": overlap,
+                        "tpot_ratio": other.tpot_ms.median / row.tpot_ms.median if row.tpot_ms.median > 0 else None,
+                    }
+                )
+            ordered.append(row)
+    return ordered
+
+
+def ttft_outliers(samples: Sequence[Sample]) -> tuple[int, ...]:
+    """Rounds whose mean time to first token is TTFT_OUTLIER times the median of the other rounds: requests
+    queued in prefill (a stall seen on H100 at C=10), which pulls that round's generation rate down while its
+    TPOT stays put. Flagged in the table, not dropped: the median already resists one such round."""
+    flagged = []
+    for sample in samples:
+        others = [s.ttft_ms for s in samples if s is not sample and s.ttft_ms > 0]
+        if len(others) >= 2 and sample.ttft_ms > TTFT_OUTLIER * statistics.median(others):
+            flagged.append(sample.round)
+    return tuple(sorted(flagged))
