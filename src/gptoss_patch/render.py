@@ -129,6 +129,9 @@ def table(
     console = out if to_stdout else err
     rows = [tuple(row) for row in rows]
     limit = width(console)
+    if not console.is_terminal:
+        console.width = limit  # a pipe's console is made PIPE_WIDTH wide; COLUMNS may ask for more, and rich
+        # would squeeze fixed-width columns (to nothing) into the console's width rather than the table's
     shown = list(columns)
     while not wide and _needed(columns, rows, shown, keys) > limit and any(c in shown for c in optional):
         shown.remove(next(c for c in reversed(optional) if c in shown))
@@ -337,9 +340,13 @@ def bench_failed(exc: BenchFailed, *, as_json: bool) -> None:
         json_out({"error": {"code": int(exc.exit_code), "message": str(exc), "last_lines": list(exc.last_lines)}})
 
 
-def bench_table(report: BenchReport) -> None:
-    """Per concurrency and server: medians over the rounds (min-max), the ratio; then each server's start and log."""
+def bench_table(report: BenchReport, notes: Sequence[str] = ()) -> None:
+    """Per concurrency and server: medians over the rounds (min-max), the ratio, generation per GPU when the servers
+    use different GPU counts, figures --stream-interval distorts marked *; then the notes, the KV-cache sizes, each
+    server's start and log."""
     from gptoss_patch.bench import COMPARISONS
+    from gptoss_patch.bench.recipe import stream_interval
+    from gptoss_patch.bench.stats import gpu_counts, kv_cache_note, per_gpu
 
     names = [s["name"] for s in report.servers]
     baseline = next((name for name in names if name in COMPARISONS), None)
@@ -356,9 +363,11 @@ def bench_table(report: BenchReport) -> None:
             return f"{value.median:.{digits}f}"
         return f"{value.median:.{digits}f} ({value.low:.{digits}f}-{value.high:.{digits}f})"
 
+    counts = gpu_counts(report.servers)
+    distorted = {s["name"] for s in report.servers if stream_interval(s.get("command") or ()) > 1}
     columns = ["C", "server", "prefill tok/s", "generation tok/s", "peak tok/s", "TPOT ms"] + (
         [ratio_header] if ratio_header else []
-    )
+    ) + (["generation tok/s per GPU"] if counts else [])
     rows = []
     for row in report.rows:
         ratio = "" if row.ratio is None else f"{row.ratio:.3f}" + (" (within spread)" if row.within_spread else "")
@@ -370,10 +379,11 @@ def bench_table(report: BenchReport) -> None:
                 row.server,
                 stat(row.prefill, 0),
                 stat(row.generation),
-                stat(row.peak, 0),
+                stat(row.peak, 0) + (" *" if row.server in distorted else ""),
                 stat(row.tpot_ms, 2),
             ]
             + ([ratio] if ratio_header else [])
+            + ([f"{per_gpu(row, counts):.1f} ({counts[row.server]} GPU)"] if counts else [])
         )
     workload = report.workload
     title = (
@@ -387,6 +397,11 @@ def bench_table(report: BenchReport) -> None:
             warn(f"{row.server} at C={row.concurrency}, round {round_}: time to first token stalled (more than "
                  f"3x its other rounds, median {median:.0f} ms): that round's generation tok/s is low from prefill "
                  "queueing; compare TPOT")
+    for note in notes:
+        info(note)
+    differ, kv_text = kv_cache_note(report.servers)
+    if kv_text:
+        (warn if differ else info)(kv_text)
     for server in report.servers:
         ready = server["ready_seconds"]
         info(

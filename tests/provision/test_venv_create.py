@@ -21,6 +21,7 @@ from gptoss_patch import provision as venv_create
 from gptoss_patch.cli import app
 from gptoss_patch.engine.record import read_hashes
 from gptoss_patch.fsutil import sha256
+from gptoss_patch.provision import installers
 from tests.support import harness
 from tests.support.health import complaints, uv_binary
 from tests.support.upstream import WHEELS, fresh_install, site_packages, wheel_path
@@ -169,7 +170,7 @@ def test_malformed_version_is_a_usage_error_before_anything_is_created(tmp_path)
 
 
 def test_uv_asked_for_but_missing(tmp_path, monkeypatch):
-    monkeypatch.setattr(venv_create.shutil, "which", lambda name: None)
+    monkeypatch.setattr(installers.shutil, "which", lambda name: None)
     result = create(tmp_path / "v", "--uv")
     assert result.exit_code == 4 and result.stderr.startswith("error: --uv was given, but uv is not on PATH; nothing was changed")
     assert not (tmp_path / "v").exists()

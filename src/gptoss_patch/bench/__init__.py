@@ -7,7 +7,9 @@ completions endpoint). The figures are medians over the rounds with their spread
 smaller than the spread reads as noise.
 
     spec.py       what a run is: ServerSpec, Workload, BenchFailed; --compare, --variant and --repeat checked
-    launch.py     the servers from the launcher's plan (profile, vanilla, eager, variants), memory shares, --bound
+    launch.py     the servers from the launcher's plan (profile, vanilla, recipe, eager, variants), memory shares, --bound,
+                  each server's GPU count, the notes below the table
+    recipe.py     vLLM's published Hopper config (--compare recipe), checked against the installed release
     schedule.py   which run comes when (the order alternates), the `vllm bench serve` arguments, the warm-up
     servers.py    a started server: log file and tail, /health (launcher/http.py: never a proxy), stop
     session.py    one run: start, wait ready, drive driver.py, stop everything on every exit path

@@ -1,4 +1,4 @@
-"""The servers of a bench run, from the launcher's plan: the profile, vanilla, eager and each --variant, each on
+"""The servers of a bench run, from the launcher's plan: the profile, vanilla, recipe, eager and each --variant, each on
 its own port and with its share of GPU memory; and what `--bound` compares against."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gptoss_patch.bench.recipe import DISTORTED_BY_STREAM_INTERVAL, SOURCE, RecipeArgs, hopper_args, stream_interval
 from gptoss_patch.bench.spec import SHARED_MEMORY_UTILIZATION, ServerSpec
 from gptoss_patch.bench.stats import BenchReport
 
@@ -37,10 +38,17 @@ def server_specs(
     return specs
 
 
+def gpu_count(argv: Sequence[str]) -> int:
+    """The GPUs a server's command line takes: tensor x pipeline x data-parallel size."""
+    from gptoss_patch.launcher import parallel
+
+    return parallel.layout_of(argv).total_gpus
+
+
 def profile_spec(plan: LaunchPlan, port: int) -> ServerSpec:
     from gptoss_patch.launcher import plan as planning
 
-    return ServerSpec("profile", tuple(plan.argv), plan.env, port, planning.served_model(plan))
+    return ServerSpec("profile", tuple(plan.argv), plan.env, port, planning.served_model(plan), gpu_count(plan.argv))
 
 
 def variant_spec(plan: LaunchPlan, name: str, args: tuple[str, ...], port: int) -> ServerSpec:
@@ -50,27 +58,56 @@ def variant_spec(plan: LaunchPlan, name: str, args: tuple[str, ...], port: int) 
     argv = list(plan.argv)
     at = argv.index("--port") + 1
     argv[at] = str(port)
-    return ServerSpec(name, (*argv, *args), plan.env, port, planning.served_model(plan))
+    return ServerSpec(name, (*argv, *args), plan.env, port, planning.served_model(plan), gpu_count((*argv, *args)))
 
 
 def compared_spec(plan: LaunchPlan, name: str, port: int) -> ServerSpec:
     """vanilla: `vllm serve MODEL --host --port` and your arguments, nothing of the profile but the local
-    vocabulary (so it starts offline too); eager: the profile without capture sizes, plus --enforce-eager."""
+    vocabulary (so it starts offline too); recipe: the same plus vLLM's published Hopper flags (recipe.py), yours
+    after them; eager: the profile without capture sizes, plus --enforce-eager."""
     from gptoss_patch.launcher import plan as planning, profiles
 
     head = [str(plan.executable), *plan.entry]
     where = ["--host", LOOPBACK, "--port", str(port)]
-    if name == "vanilla":
+    if name in ("vanilla", "recipe"):
         vocabulary = {s.name: s.values[0] for s in plan.settings if s.kind == "env" and s.name.startswith("TIKTOKEN")}
-        argv = [*head, *where, *plan.extra_args]
-        return ServerSpec(name, tuple(argv), {**plan.base_env, **vocabulary}, port, planning.served_model(plan))
+        own = recipe_args(plan).argv if name == "recipe" else ()
+        argv = [*head, *where, *own, *plan.extra_args]
+        env = {**plan.base_env, **vocabulary}
+        return ServerSpec(name, tuple(argv), env, port, planning.served_model(plan), gpu_count(argv))
     kept = [
         s
         for s in plan.settings
         if s.kind == "flag" and s.name not in ("--host", "--port") and not profiles.is_capture_setting(s)
     ]
     argv = [*head, *where, *[a for s in kept for a in s.argv], *plan.extra_args, "--enforce-eager"]
-    return ServerSpec(name, tuple(argv), plan.env, port, planning.served_model(plan))
+    return ServerSpec(name, tuple(argv), plan.env, port, planning.served_model(plan), gpu_count(argv))
+
+
+def recipe_args(plan: LaunchPlan) -> RecipeArgs:
+    """vLLM's Hopper config for this release: the flags it accepts, and the notes (left out, already defaults)."""
+    from gptoss_patch.launcher import static
+
+    defaults = static.read_serve_defaults(plan.installation.package_root)
+    return hopper_args(plan.capabilities.has_flag, defaults, plan.installation.version)
+
+
+def comparison_notes(plan: LaunchPlan, specs: Sequence[ServerSpec]) -> list[str]:
+    """What the table's reader must know about the compared servers: the recipe's flags against this release, and
+    which servers' figures --stream-interval distorts."""
+    notes: list[str] = []
+    if any(spec.name == "recipe" for spec in specs):
+        notes += recipe_args(plan).notes
+        if plan.profile != "sm90":
+            notes.append(f"recipe: {SOURCE} is Hopper's; here it runs on the {plan.profile} profile's GPU as published")
+    for spec in specs:
+        interval = stream_interval(spec.argv)
+        if interval > 1:
+            notes.append(
+                f"{spec.name}: --stream-interval {interval} sends tokens {interval} at a time, so its "
+                f"{' and '.join(DISTORTED_BY_STREAM_INTERVAL)} are distorted (marked *); generation tok/s and TPOT are not"
+            )
+    return notes
 
 
 def default_log_dir() -> Path:

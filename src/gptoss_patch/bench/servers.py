@@ -4,6 +4,7 @@ teed to a file and a tail, /health polled through launcher/http.py (never a prox
 from __future__ import annotations
 
 import collections
+import re
 import socket
 import subprocess
 import threading
@@ -19,6 +20,19 @@ TAIL_LINES = 15  # a failed server's last log lines, shown with the error
 HEALTH_INTERVAL = 1.0
 # vLLM's log lines once it has sized its KV cache (GPU worker; the scheduler's, also on CPU).
 KV_CACHE_SIZED = ("Available KV cache memory", "GPU KV cache size")
+KV_CACHE_GIB = re.compile(r"Available KV cache memory: ([0-9.]+) GiB")
+KV_CACHE_TOKENS = re.compile(r"GPU KV cache size: ([0-9,]+) tokens")
+
+
+def kv_cache_of(line: str) -> tuple[str, float] | None:
+    """("gib", 4.2) or ("tokens", 123456.0) from one of vLLM's KV-cache sizing lines, else None."""
+    found = KV_CACHE_GIB.search(line)
+    if found:
+        return "gib", float(found.group(1))
+    found = KV_CACHE_TOKENS.search(line)
+    if found:
+        return "tokens", float(found.group(1).replace(",", ""))
+    return None
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
@@ -47,6 +61,7 @@ class RunningServer:
         self.log_file = log_file
         self.tail: collections.deque[str] = collections.deque(maxlen=200)
         self.memory_settled = False
+        self.kv_cache: dict[str, float] = {}  # "gib" / "tokens" as logged; the smallest over the ranks
         log_file.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(log_file, "a", encoding="utf-8")  # noqa: SIM115 - closed in stop()
         self.child = runner.start(spec.argv, spec.env, stdout=subprocess.PIPE)
@@ -64,6 +79,10 @@ class RunningServer:
             self.tail.append(line.rstrip("\n"))
             if any(marker in line for marker in KV_CACHE_SIZED):
                 self.memory_settled = True
+                sized = kv_cache_of(line)
+                if sized is not None:
+                    kind, value = sized
+                    self.kv_cache[kind] = min(value, self.kv_cache.get(kind, value))
 
     def alive(self) -> bool:
         return self.child.poll() is None
@@ -117,3 +136,18 @@ def wait_ready(servers: Sequence[RunningServer], timeout: float, notify: Callabl
             raise waiting[0].failure(f"was not ready after {timeout:.0f} s")
         if waiting:
             time.sleep(HEALTH_INTERVAL)
+
+
+def start_side_by_side(
+    specs: Sequence[ServerSpec], log_dir: Path, start_timeout: float, notify: Callable[[str], None], into: list[RunningServer]
+) -> None:
+    """Start each server once the one before has sized its KV cache (servers sharing a GPU would otherwise size
+    theirs against each other), then wait until all answer /health. Each is appended to `into` as it starts, so
+    the caller's `finally` stops every one that started, also when a later start fails."""
+    deadline = time.monotonic() + start_timeout
+    for spec in specs:
+        if into:
+            wait_memory_settled(into[-1], deadline)
+        into.append(RunningServer(spec, log_dir / f"{spec.name}.log"))
+        notify(f"started {spec.name} server (pid {into[-1].child.pid}): {spec.command_line}")
+    wait_ready(into, max(1.0, deadline - time.monotonic()), notify)

@@ -15,14 +15,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from gptoss_patch.bench.schedule import Run, bench_argv, schedule, warmup
-from gptoss_patch.bench.servers import (
-    HEALTH_INTERVAL,
-    TAIL_LINES,
-    RunningServer,
-    check_ports,
-    wait_memory_settled,
-    wait_ready,
-)
+from gptoss_patch.bench.servers import HEALTH_INTERVAL, TAIL_LINES, RunningServer, check_ports, start_side_by_side
 from gptoss_patch.bench.spec import BenchFailed, ServerSpec, Workload
 from gptoss_patch.bench.stats import BenchReport, Sample, sample_from, summarize
 from gptoss_patch.launcher import runner
@@ -50,13 +43,7 @@ def run(
     servers: list[RunningServer] = []
     driver: subprocess.Popen | None = None
     try:
-        deadline = time.monotonic() + start_timeout
-        for spec in specs:
-            if servers:
-                wait_memory_settled(servers[-1], deadline)
-            servers.append(RunningServer(spec, log_dir / f"{spec.name}.log"))
-            notify(f"started {spec.name} server (pid {servers[-1].child.pid}): {spec.command_line}")
-        wait_ready(servers, max(1.0, deadline - time.monotonic()), notify)
+        start_side_by_side(specs, log_dir, start_timeout, notify, servers)
         warmups = [Run(f"warmup-{name}", name, 1, -1) for name in names]
         payload = [{"id": r.id, "argv": bench_argv(by_name[r.server], warmup(workload), 1, 0)} for r in warmups]
         payload += [
@@ -71,7 +58,8 @@ def run(
             server.stop()
     return BenchReport(
         servers=[
-            {"name": s.spec.name, "command": list(s.spec.argv), "ready_seconds": s.ready_after, "log": str(s.log_file)}
+            {"name": s.spec.name, "command": list(s.spec.argv), "ready_seconds": s.ready_after, "log": str(s.log_file),
+             "gpus": s.spec.gpus, "kv_cache": dict(s.kv_cache)}
             for s in servers
         ],
         workload=asdict(workload),

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from gptoss_patch.errors import CheckFailed, UsageError
 
-COMPARISONS = ("vanilla", "eager")
+COMPARISONS = ("vanilla", "eager", "recipe")
 DEFAULT_CONCURRENCY = (1, 2, 4, 5, 8, 10, 16, 32, 64)
 SHARED_MEMORY_UTILIZATION = "0.44"  # each of two servers on one GPU (vLLM's default is 0.9 for one)
 
@@ -33,6 +33,7 @@ class ServerSpec:
     env: dict[str, str] = field(repr=False)
     port: int
     served_model: str
+    gpus: int = 1  # tensor x pipeline x data-parallel size of its command line: per-GPU figures divide by it
 
     @property
     def url(self) -> str:
@@ -65,7 +66,7 @@ def parse_compare(text: str | None) -> tuple[str, ...]:
     names = tuple(dict.fromkeys(item.strip() for item in text.split(",")))
     unknown = [n for n in names if n not in COMPARISONS]
     if unknown or not names:
-        raise UsageError(f"--compare {text!r}: expected {' or '.join(COMPARISONS)} (comma-separated for both)")
+        raise UsageError(f"--compare {text!r}: expected {', '.join(COMPARISONS)} (comma-separated for several)")
     return names
 
 

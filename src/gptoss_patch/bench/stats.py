@@ -157,3 +157,35 @@ def ttft_outliers(samples: Sequence[Sample]) -> tuple[int, ...]:
         if len(others) >= 2 and sample.ttft_ms > TTFT_OUTLIER * statistics.median(others):
             flagged.append(sample.round)
     return tuple(sorted(flagged))
+
+
+def gpu_counts(servers: Sequence[dict[str, Any]]) -> dict[str, int] | None:
+    """Each server's GPU count when they differ (the table then adds generation tok/s per GPU), else None."""
+    counts = {str(s["name"]): int(s.get("gpus") or 1) for s in servers}
+    return counts if len(set(counts.values())) > 1 else None
+
+
+def per_gpu(row: Row, counts: dict[str, int]) -> float:
+    """Median generation tok/s per GPU: the figure of merit when the servers use different GPU counts."""
+    return row.generation.median / max(1, counts.get(row.server, 1))
+
+
+KV_SPREAD = 0.10  # KV cache sizes within 10 % of each other read as equal
+
+
+def kv_cache_note(servers: Sequence[dict[str, Any]]) -> tuple[bool, str]:
+    """(differ, text): whether the servers' KV caches, as their logs state them, differ by more than KV_SPREAD.
+    Servers sharing a GPU size their caches one after the other, each from what the others left free."""
+    sizes = {str(s["name"]): dict(s.get("kv_cache") or {}) for s in servers}
+    if len(sizes) < 2:
+        return False, ""
+    for kind, unit in (("gib", "GiB"), ("tokens", "tokens")):
+        if all(kind in found for found in sizes.values()):
+            values = {name: found[kind] for name, found in sizes.items()}
+            listed = ", ".join(f"{name} {value:,.2f} {unit}" if unit == "GiB" else f"{name} {value:,.0f} {unit}" for name, value in values.items())
+            low, high = min(values.values()), max(values.values())
+            if high > 0 and (high - low) / high > KV_SPREAD:
+                return True, (f"KV cache sizes differ ({listed}): a server with less KV cache preempts or queues sooner at high "
+                              "concurrency, so those rows compare sizing as well as speed")
+            return False, f"KV cache sizes within {KV_SPREAD * 100:.0f} % of each other ({listed})"
+    return False, "KV cache sizes could not be read from every server's log: the table assumes they are sized equally"

@@ -1,4 +1,4 @@
-"""`gptoss-patch bench MODEL [--concurrency ...] [--repeat N] [--compare vanilla|eager] [-- vllm serve args]`."""
+"""`gptoss-patch bench MODEL [--concurrency ...] [--repeat N] [--compare vanilla|recipe|eager] [-- vllm serve args]`."""
 
 from __future__ import annotations
 
@@ -37,8 +37,9 @@ CompareOption = Annotated[
     str | None,
     clikit.Option(
         "--compare",
-        metavar="vanilla|eager",
-        help="Also run plain `vllm serve` (vanilla) and/or the profile with --enforce-eager, side by side.",
+        metavar="vanilla|recipe|eager",
+        help="Also run plain `vllm serve` (vanilla), vLLM's published Hopper config (recipe) and/or the profile with "
+        "--enforce-eager, side by side (comma-separated).",
         show_default=False,
     ),
 ]
@@ -122,7 +123,7 @@ def bench(
 ) -> None:
     """Measure the launcher's profile with vLLM's own `vllm bench serve`, against plain `vllm serve` with --compare vanilla.
 
-    Starts the servers itself (side by side: the second once the first has sized its KV cache; each with a share of GPU memory unless you pass --gpu-memory-utilization after --), drives them in turn with identical requests (random dataset, fixed lengths, ignore_eos, /v1/completions), alternating which goes first, and prints per concurrency the medians over --repeat rounds with their range: prefill tok/s (concurrent streams x prompt length / mean time to first token), generation tok/s, peak tok/s (best one-second sample), median TPOT, and the profile/compared generation ratio. Every server is stopped on every exit path.
+    Starts the servers itself (side by side: the second once the first has sized its KV cache; each with a share of GPU memory unless you pass --gpu-memory-utilization after --), drives them in turn with identical requests (random dataset, fixed lengths, ignore_eos, /v1/completions), alternating which goes first, and prints per concurrency the medians over --repeat rounds with their range: prefill tok/s (concurrent streams x prompt length / mean time to first token), generation tok/s, peak tok/s (best one-second sample), median TPOT, and the profile/compared generation ratio. --compare recipe runs vLLM's published Hopper config (GPT-OSS_Hopper.yaml) as published, the flags this vLLM lacks left out and those it already defaults to named below the table; its peak tok/s is marked, as --stream-interval 20 distorts it. When the servers use different GPU counts (-tp/-dp in a --variant), a generation-per-GPU column is added. The servers' KV-cache sizes, as their logs state them, are compared below the table. Every server is stopped on every exit path.
     """  # noqa: E501 - rich keeps a docstring's line breaks, so each paragraph is one line
     from gptoss_patch import bench as engine, render
     from gptoss_patch.bench import launch
@@ -143,9 +144,11 @@ def bench(
     )  # fmt: skip
     plan = resolve_plan(python, venv, vllm, options)
     preflight.require_launchable(plan)
+    preflight.require_parallel(plan)
     engine.require_bench(plan.installation.package_root, str(plan.installation.python))
     _preflight(plan)
     specs = launch.server_specs(plan, port, comparisons, variants)
+    notes = launch.comparison_notes(plan, specs)
     workload = engine.Workload(
         model=model, concurrency=sizes, repeat=repeat, input_len=input_len, output_len=output_len, waves=waves
     )
@@ -167,9 +170,9 @@ def bench(
     if json:
         extra_json = {"bound": {**limit.to_json(), "fraction_at_c1": fractions}} if limit else {}
         render.json_out(
-            {**report.to_json(), "vllm": str(plan.installation.version), "profile": plan.profile, **extra_json}
+            {**report.to_json(), "vllm": str(plan.installation.version), "profile": plan.profile, "notes": notes, **extra_json}
         )
         return
-    render.bench_table(report)
+    render.bench_table(report, notes)
     if limit:
         render.bench_bound(limit, fractions)

@@ -20,6 +20,7 @@ from gptoss_patch.commands._launch import (
     resolve_plan,
     show_checks,
 )
+from gptoss_patch.commands.serve import DeterministicOption
 from gptoss_patch.errors import ExitCode
 from gptoss_patch.options import (
     JsonOption,
@@ -51,6 +52,7 @@ def doctor(
     allow_unauthenticated: AllowUnauthenticatedOption = False,
     expect_reasoning: ExpectReasoningOption = False,
     instructions: InstructionsOption = None,
+    deterministic: DeterministicOption = False,
     json: JsonOption = False,
     python: PythonOption = None,
     venv: VenvOption = None,
@@ -70,10 +72,12 @@ def doctor(
     )  # fmt: skip
     plan = resolve_plan(python, venv, vllm, options)
     from gptoss_patch import render
-    from gptoss_patch.launcher import preflight
+    from gptoss_patch.launcher import preflight, reproducibility
     from gptoss_patch.launcher.results import Status, worst
 
-    checks = preflight.run_checks(plan)
+    if deterministic:
+        plan = reproducibility.make_deterministic(plan)
+    checks = (*preflight.run_checks(plan), *reproducibility.checks(plan, deterministic=deterministic))
     if json:
         render.json_out(_payload(plan, checks))
     else:

@@ -30,6 +30,14 @@ if TYPE_CHECKING:  # imported when `serve` runs: every other command starts with
 PrintScriptOption = Annotated[bool, clikit.Option("--print-script", help="Write the equivalent bash script to stdout instead.")]
 DryRunOption = Annotated[bool, clikit.Option("--dry-run", help="Print the resolved environment and command; start nothing.")]
 SmokeOption = Annotated[bool, clikit.Option("--smoke", help="Once ready, run the smoke canary; stop vLLM if it fails.")]
+DeterministicOption = Annotated[
+    bool,
+    clikit.Option(
+        "--deterministic",
+        help="Reproducible outputs run to run: the sm90 profile's Marlin MoE kernel (faster, but its prompt pass depends "
+        "on the batch) is replaced by vLLM's Triton MXFP4 kernel. Refused where Marlin is the only MXFP4 kernel (SM12x).",
+    ),
+]
 LogFileOption = Annotated[
     Path | None,
     clikit.Option("--log-file", metavar="PATH", help="Also write vLLM's log here (default: a new file in logs/ of `gptoss-patch cache dir`).",
@@ -56,6 +64,7 @@ def serve(
     print_script: PrintScriptOption = False,
     dry_run: DryRunOption = False,
     run_smoke: SmokeOption = False,
+    deterministic: DeterministicOption = False,
     log_file: LogFileOption = None,
     python: PythonOption = None,
     venv: VenvOption = None,
@@ -78,6 +87,7 @@ def serve(
     from gptoss_patch.launcher import plan as planning, preflight, runner, script
 
     preflight.require_launchable(plan, port=not print_script)
+    preflight.require_parallel(plan)
     _preflight(plan)
     if print_script or dry_run:
         render.passthrough(script.render_script(plan) if print_script else script.render_dry_run(plan))
@@ -86,12 +96,12 @@ def serve(
     _finish(runner.run(plan, log_file=log_file, health_url=planning.health_url(plan), hooks=_hooks(plan, run_smoke)))
 
 
-def _preflight(plan: LaunchPlan) -> None:
+def _preflight(plan: LaunchPlan, *, deterministic: bool = False) -> None:
     from gptoss_patch.errors import CheckFailed
-    from gptoss_patch.launcher import preflight
+    from gptoss_patch.launcher import preflight, reproducibility
     from gptoss_patch.launcher.results import Status, worst
 
-    checks = preflight.run_checks(plan)
+    checks = (*preflight.run_checks(plan), *reproducibility.checks(plan, deterministic=deterministic))
     show_checks(checks, everything=False)
     failed = [c.name for c in checks if c.status is Status.FAIL]
     if worst(checks) is Status.FAIL:

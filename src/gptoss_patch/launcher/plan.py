@@ -6,7 +6,9 @@ static reads of the installed vLLM, then the patch status.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -14,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gptoss_patch.errors import UsageError
-from gptoss_patch.launcher import profiles, static
+from gptoss_patch.launcher import parallel, profiles, static
 from gptoss_patch.launcher.results import LaunchPlan, Setting
 from gptoss_patch.spec import PatchResult, Report, ServeEnv, State
 from gptoss_patch.target import STOCK_DISTRIBUTION, Installation
@@ -75,11 +77,14 @@ def resolve(inst: Installation, options: LaunchOptions, environ: Mapping[str, st
     report = _patch_status(inst)
     profile = profiles.profile_settings(options.gpu.profile, caps)
     moe_settings, moe_notes = _fit_moe_backend(profile.settings, options.model)
+    context = parallel_context(options, environ)
+    parallel_settings, parallel_notes = _parallel_settings(context, options, caps)
     wanted = [
         _host_setting(options.host),
         Setting.flag("--port", str(options.port), why="the port /health and the smoke canary are checked on"),
         *moe_settings,
-        *_capture_sizes(options.concurrency, caps, options.extra_args),
+        *_capture_sizes(options.concurrency, caps, options.extra_args, context.layout.dp),
+        *parallel_settings,
         *_environ_validation(caps),
         *_patch_environment(report, caps, options),
         *_vocabulary(inst, vocabulary),
@@ -93,7 +98,7 @@ def resolve(inst: Installation, options: LaunchOptions, environ: Mapping[str, st
         profile=options.gpu.profile,
         profile_source=options.gpu.source,
         settings=tuple(kept),
-        notes=(*profile.notes, *moe_notes, *dropped, *_patch_environment_notes(report)),
+        notes=(*profile.notes, *moe_notes, *parallel_notes, *dropped, *_patch_environment_notes(report)),
         extra_args=tuple(options.extra_args),
         base_env=environ,
         expected_moe=_expected_moe(profile.moe_pin, kept, options.extra_args, environ),
@@ -102,7 +107,61 @@ def resolve(inst: Installation, options: LaunchOptions, environ: Mapping[str, st
         options=options,
         vocabulary=vocabulary,
         server_module=None if _has_working_cli(inst) else API_SERVER_MODULE,
+        parallel=context,
     )
+
+
+def parallel_context(options: LaunchOptions, environ: Mapping[str, str]) -> parallel.Context:
+    """The parallel sizes given after --, the GPUs nvidia-smi lists (not asked for the cpu profile), the model's shape."""
+    layout = parallel.layout_of(options.extra_args)
+    hardware = parallel.inventory(environ) if options.gpu.profile != "cpu" else None
+    return parallel.Context(layout, hardware, parallel.model_shape(options.model))
+
+
+def per_rank(concurrency: tuple[int, ...], dp: int) -> tuple[int, ...]:
+    """What each data-parallel rank sees of each concurrency: vLLM's DP load balancer spreads the requests, so
+    C streams give ceil(C / DP) per rank."""
+    return tuple(sorted({math.ceil(c / dp) for c in concurrency}))
+
+
+def _parallel_settings(context: parallel.Context, options: LaunchOptions, caps: static.Capabilities) -> tuple[list[Setting], list[str]]:
+    """What depends on the parallel sizes and the GPU model: --max-num-seqs against --concurrency per DP rank, and
+    the recipe guide's memory settings for gpt-oss-120b on 80 GB H100s (G37, G38)."""
+    settings: list[Setting] = []
+    notes: list[str] = []
+    layout, used = context.layout, context.used_gpus()
+    if options.concurrency:
+        largest = per_rank(options.concurrency, layout.dp)[-1]
+        default = _default_max_num_seqs(options.gpu.profile, used)
+        if largest > default and caps.has_flag("--max-num-seqs"):
+            per = f" per DP rank ({max(options.concurrency)} over {layout.dp} ranks)" if layout.dp > 1 else ""
+            why = (f"--concurrency asks for {largest} concurrent sequences{per}; vLLM's default --max-num-seqs here is {default}, "
+                   "so the rest would queue and their CUDA graphs never run")
+            settings.append(Setting.flag("--max-num-seqs", str(largest), why=why))
+    h100 = bool(used) and all(parallel.is_h100_80gb(g) for g in used)
+    if not (h100 and context.shape is not None and context.shape.is_120b):
+        return settings, notes
+    if layout.model_parallel == 1:
+        why = ("vLLM's gpt-oss recipe guide: gpt-oss-120b at TP=1 on an 80 GB H100 runs out of memory with the default "
+               "--gpu-memory-utilization 0.9 and --max-num-batched-tokens 8192; it starts with about 0.95 and 1024 (G37)")
+        for flag, value in (("--gpu-memory-utilization", parallel.RECIPE_TP1_UTILIZATION),
+                            ("--max-num-batched-tokens", parallel.RECIPE_TP1_BATCHED_TOKENS)):
+            if caps.has_flag(flag):
+                settings.append(Setting.flag(flag, value, why=why))
+            else:
+                notes.append(f"{flag} {value} not set: vLLM {caps.version} has no such flag (G37)")
+    else:
+        notes.append(f"--gpu-memory-utilization left at vLLM's default {parallel.DEFAULT_UTILIZATION}: with TP {layout.tp} on "
+                     f"80 GB H100s the recipe guide runs out of memory above {parallel.RECIPE_TP_MAX_UTILIZATION} (G38)")
+    return settings, notes
+
+
+def _default_max_num_seqs(profile: str, used: tuple[parallel.Gpu, ...]) -> int:
+    """vLLM's --max-num-seqs default for the API server: 1024 on large GPUs, 256 on the rest (and when unknown)."""
+    if profile == "cpu":
+        return parallel.CPU_MAX_NUM_SEQS
+    large = bool(used) and all(parallel.is_large_gpu(g) for g in used)
+    return parallel.DEFAULT_MAX_NUM_SEQS[large]
 
 
 def _fit_moe_backend(settings: tuple[Setting, ...], model: str | None) -> tuple[list[Setting], list[str]]:
@@ -158,16 +217,23 @@ def _patch_status(inst: Installation) -> Report:
     return engine.status(inst)
 
 
-def _capture_sizes(concurrency: tuple[int, ...], caps: static.Capabilities, extra_args: tuple[str, ...]) -> list[Setting]:
+def _capture_sizes(concurrency: tuple[int, ...], caps: static.Capabilities, extra_args: tuple[str, ...], dp: int = 1) -> list[Setting]:
+    """The CUDA-graph sizes for --concurrency; with data parallelism each rank captures what it sees, ceil(C / DP)."""
     if not concurrency:
         return []
     if _user_sets_capture_sizes(extra_args):
         raise UsageError("--concurrency and the capture sizes given after -- both set the CUDA-graph sizes; keep one")
     cap = static.last_value(extra_args, "--max-cudagraph-capture-size")
     max_size = int(cap) if cap and cap.isdigit() else profiles.MAX_CAPTURE_SIZE
-    if max(concurrency) > max_size:
+    sizes = per_rank(concurrency, dp)
+    if max(sizes) > max_size:
         raise UsageError(f"--concurrency {max(concurrency)} is above --max-cudagraph-capture-size {max_size}")
-    return [profiles.capture_sizes_setting(concurrency, caps, max_size)]
+    setting = profiles.capture_sizes_setting(sizes, caps, max_size)
+    if dp == 1:
+        return [setting]
+    pairs = ", ".join(f"{c} -> {math.ceil(c / dp)}" for c in concurrency)
+    why = f"--data-parallel-size {dp}: each rank sees concurrency / {dp}, rounded up ({pairs}); " + setting.why
+    return [dataclasses.replace(setting, why=why)]
 
 
 def _user_sets_capture_sizes(extra_args: tuple[str, ...]) -> bool:

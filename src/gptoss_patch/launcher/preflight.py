@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import errno
 import ipaddress
+import math
 import os
 import socket
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gptoss_patch.errors import TargetError, UsageError
-from gptoss_patch.launcher import knowledge, plan as planning, profiles, serving_traps
+from gptoss_patch.launcher import knowledge, parallel, plan as planning, profiles, serving_traps
 from gptoss_patch.launcher.results import Check, LaunchPlan, Status
 from gptoss_patch.launcher.static import Capabilities, FlagUse, scan_flags
 
@@ -28,6 +30,7 @@ def run_checks(plan: LaunchPlan) -> tuple[Check, ...]:
     """Every check, in the order a reader fixes things: target, patches, environment, flags, runtime needs."""
     return (
         *check_gpu(plan),
+        *check_parallel(plan),
         *check_patches(plan),
         *check_instructions(plan),
         *check_environment(plan),
@@ -50,6 +53,14 @@ def require_launchable(plan: LaunchPlan, *, port: bool = True) -> None:
     for check in launchability(plan):
         if check.status is Status.FAIL and (port or check.name != "port"):
             raise errors[check.name](f"{check.message}; {check.fix}")  # one line, the fix included
+
+
+def require_parallel(plan: LaunchPlan) -> None:
+    """GPUs that cannot run the asked layout (too few, one listed twice, mixed models, a TP that does not divide
+    the model): exit 4 with one line and its fix, before anything starts (serve and bench; doctor shows the rows)."""
+    for check in check_parallel(plan):
+        if check.status is Status.FAIL and check.issue in BAD_PARALLEL_INPUT:
+            raise TargetError(f"{check.message} ({check.issue}); {check.fix}")
 
 
 # -- target and patches --------------------------------------------------------------------------
@@ -398,3 +409,170 @@ def bind_problem(host: str, port: int) -> str | None:
         except OSError as exc:
             return "the port is in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
     return None
+
+
+# -- more than one GPU (G33-G38) -------------------------------------------------------------------
+
+BAD_PARALLEL_INPUT = ("G33", "G34", "G35", "G36")  # require_parallel: exit 4, one line
+
+
+def check_parallel(plan: LaunchPlan) -> list[Check]:
+    """The visible GPUs against TP x PP x DP, their models, the model's heads and experts against TP, and the
+    per-GPU memory estimate. Nothing here without nvidia-smi, unless more than one GPU was asked for."""
+    context: parallel.Context | None = plan.parallel
+    if context is None:
+        return []
+    layout, hardware = context.layout, context.hardware
+    checks = [*_divisibility(context)]
+    if hardware is None:
+        if layout.total_gpus > 1 and plan.profile != "cpu":
+            message = f"{layout.describe()} asks for {layout.total_gpus} GPUs; without nvidia-smi none of them is checked"
+            checks.append(Check("gpus", Status.WARN, message, fix="run doctor where the GPUs are"))
+        return checks
+    if hardware.problem:
+        checks.append(Check("gpus", Status.WARN, f"GPUs not checked: {hardware.problem}", fix="check nvidia-smi --query-gpu works"))
+        return checks
+    visible_checks = [*_visible_devices(hardware), *_gpu_count(context), *_same_models(context)]
+    checks += visible_checks
+    if not any(c.status is Status.FAIL for c in checks):
+        used = context.used_gpus()
+        models = ", ".join(f"{n} x {label}" for label, n in _count(g.label for g in used).items())
+        checks.append(Check("gpus", Status.PASS, f"{layout.describe()}: {len(used)} of {len(hardware.visible)} visible GPU(s) used, {models}"))
+        checks += _memory(plan, context)
+    checks += _max_num_seqs(plan, context)
+    return checks
+
+
+def _count(labels: Iterable[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for label in labels:
+        counts[label] = counts.get(label, 0) + 1
+    return counts
+
+
+def _visible_devices(hardware: parallel.Inventory) -> list[Check]:
+    checks = []
+    if hardware.duplicates:
+        message = (f"CUDA_VISIBLE_DEVICES={hardware.visible_env} names {', '.join(hardware.duplicates)} again: two ranks on one GPU "
+                   "stop NCCL (\"Duplicate GPU detected\")")
+        unique = ",".join(str(g.index) for g in hardware.visible)
+        checks.append(Check("gpus", Status.FAIL, message, fix=f"list each GPU once, e.g. CUDA_VISIBLE_DEVICES={unique}", issue="G34"))
+    if hardware.invalid is not None:
+        message = (f"CUDA_VISIBLE_DEVICES={hardware.visible_env}: {hardware.invalid!r} is no GPU nvidia-smi lists, so CUDA hides it "
+                   f"and every entry after it ({len(hardware.visible)} visible)")
+        checks.append(Check("gpus", Status.WARN, message, fix="use indices or UUIDs from nvidia-smi -L", issue="G33"))
+    return checks
+
+
+def _gpu_count(context: parallel.Context) -> list[Check]:
+    layout, hardware = context.layout, context.hardware
+    assert hardware is not None
+    visible = len(hardware.visible)
+    where = f"CUDA_VISIBLE_DEVICES={hardware.visible_env}" if hardware.visible_env is not None else "nvidia-smi"
+    if layout.multi_node and layout.dp_local is None:
+        message = (f"{layout.describe()} across hosts: {layout.total_gpus} GPUs in all, {visible} visible here; "
+                   "Ray or --nnodes places the ranks, so this host's share is not checked")
+        return [Check("gpus", Status.WARN, message, fix="give --data-parallel-size-local to check this host's share", issue="G33")]
+    if visible >= layout.local_gpus:
+        return []
+    parts = f"TP {layout.tp}" + (f" x PP {layout.pp}" if layout.pp > 1 else "") + f" x DP {layout.dp_local or layout.dp}"
+    message = f"{parts} needs {layout.local_gpus} GPUs on this host; {where} shows {visible}"
+    if layout.dp > 1 and visible >= layout.model_parallel:
+        fix = f"--data-parallel-size {visible // layout.model_parallel}, or make {layout.local_gpus} GPUs visible"
+    else:
+        largest = _largest_tp(context, visible)
+        fix = f"--tensor-parallel-size {largest}, or make {layout.local_gpus} GPUs visible"
+    return [Check("gpus", Status.FAIL, message, fix=fix, issue="G33")]
+
+
+def _largest_tp(context: parallel.Context, visible: int) -> int:
+    limit = max(1, visible // max(1, context.layout.pp))
+    sizes = parallel.fitting_sizes(context.shape, limit) if context.shape else list(range(1, limit + 1))
+    return max(sizes or [1])
+
+
+def _same_models(context: parallel.Context) -> list[Check]:
+    hardware = context.hardware
+    assert hardware is not None
+    used = context.used_gpus()
+    kinds = _count(g.label for g in used)
+    if len(kinds) > 1:
+        same = max(kinds, key=lambda label: kinds[label])
+        indices = ",".join(str(g.index) for g in hardware.gpus if g.label == same)
+        message = f"the GPUs used are of different models: {', '.join(kinds)}; vLLM sizes and picks kernels for one model"
+        fix = f"CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES={indices} (GPUs of one model)"
+        return [Check("gpus", Status.FAIL, message, fix=fix, issue="G35")]
+    if hardware.mixed and hardware.visible_env is not None and not hardware.pci_order and any(
+        entry.strip().isdigit() for entry in hardware.visible_env.split(",")
+    ):
+        message = ("this host has GPUs of different models and CUDA_VISIBLE_DEVICES uses indices: CUDA numbers GPUs fastest "
+                   "first unless CUDA_DEVICE_ORDER=PCI_BUS_ID, so its index may not be nvidia-smi's")
+        return [Check("gpus", Status.WARN, message, fix="export CUDA_DEVICE_ORDER=PCI_BUS_ID, or name the GPUs by UUID", issue="G35")]
+    return []
+
+
+def _divisibility(context: parallel.Context) -> list[Check]:
+    shape, layout = context.shape, context.layout
+    if shape is None or layout.tp == 1 and not layout.expert_parallel:
+        return []
+    problems = parallel.divisibility_problems(shape, layout)
+    if not problems:
+        return []
+    fitting = ", ".join(str(tp) for tp in parallel.fitting_sizes(shape, 8))
+    message = f"--tensor-parallel-size {layout.tp} does not divide {' or '.join(problems)} of {shape.name} ({shape.source})"
+    return [Check("parallel", Status.FAIL, message, fix=f"--tensor-parallel-size one of {fitting}", issue="G36")]
+
+
+def _memory(plan: LaunchPlan, context: parallel.Context) -> list[Check]:
+    used = context.used_gpus()
+    if context.shape is None or not used:
+        return []
+    smallest = min(used, key=lambda g: g.memory_mib or 0)
+    found = parallel.estimate(context.shape, context.layout, smallest, plan.argv)
+    if found is None:
+        return [Check("memory", Status.WARN, f"{smallest.name} reports no total memory: the per-GPU estimate is skipped", issue="G37")]
+    g = parallel.gib
+    checks = []
+    breakdown = (f"weights {g(found.weights)} + one {found.max_model_len}-token request's KV cache {g(found.kv_one_sequence)} "
+                 f"+ activations for {found.batched_tokens} batched tokens {g(found.activations)} + runtime {g(found.runtime)}")
+    budget = f"{found.utilization:g} x {g(found.total)} = {g(found.budget)}"
+    if not found.fits:
+        fix = _memory_fix(context, smallest, found)
+        message = f"estimated per GPU: {breakdown} = {g(found.needed)}, more than {budget}: vLLM would run out of memory at start"
+        checks.append(Check("memory", Status.FAIL, message, fix=fix, issue="G37"))
+    else:
+        fits = found.sequences_at_full_length()
+        message = f"estimated per GPU: {breakdown} = {g(found.needed)} of {budget}; {fits} request(s) of {found.max_model_len} tokens fit at once"
+        checks.append(Check("memory", Status.PASS, message, issue="G37"))
+        wanted = max(getattr(plan.options, "concurrency", ()) or (1,))
+        per_rank = planning.per_rank((wanted,), context.layout.dp)[0]
+        if per_rank > fits and planning.effective(plan, "--max-model-len") is not None:
+            message = (f"{per_rank} concurrent requests per rank at the full {found.max_model_len} tokens would not fit ({fits} do): "
+                       "longer ones queue or are preempted")
+            checks.append(Check("memory", Status.WARN, message, fix="--max-model-len for the context you need", issue="G37"))
+    if context.layout.model_parallel > 1 and not found.reserve_ok:
+        guide = f" (the recipe guide: above {parallel.RECIPE_TP_MAX_UTILIZATION} runs out on H100)" if parallel.is_h100_80gb(smallest) else ""
+        message = (f"--gpu-memory-utilization {found.utilization:g} leaves {g(found.outside)} per GPU outside vLLM's budget; with "
+                   f"TP {context.layout.tp} the CUDA context and NCCL need about {g(found.reserve)} there{guide}")
+        top = min(math.floor((1 - found.reserve / found.total) * 100) / 100, parallel.RECIPE_TP_MAX_UTILIZATION)
+        checks.append(Check("memory", Status.FAIL, message, fix=f"--gpu-memory-utilization {top:g} or less", issue="G38"))
+    return checks
+
+
+def _memory_fix(context: parallel.Context, gpu: parallel.Gpu, found: parallel.MemoryEstimate) -> str:
+    if parallel.is_h100_80gb(gpu) and context.layout.model_parallel == 1 and context.shape is not None and context.shape.is_120b:
+        return (f"--gpu-memory-utilization {parallel.RECIPE_TP1_UTILIZATION} --max-num-batched-tokens {parallel.RECIPE_TP1_BATCHED_TOKENS} "
+                "(the recipe guide's; the profile sets them unless given after --), or --tensor-parallel-size 2")
+    return "a smaller --max-model-len or --max-num-batched-tokens, a higher --gpu-memory-utilization, or a larger --tensor-parallel-size"
+
+
+def _max_num_seqs(plan: LaunchPlan, context: parallel.Context) -> list[Check]:
+    value = planning.effective(plan, "--max-num-seqs")
+    concurrency = getattr(plan.options, "concurrency", ())
+    if value is None or not value.isdigit() or not concurrency:
+        return []
+    largest = planning.per_rank(concurrency, context.layout.dp)[-1]
+    if int(value) >= largest:
+        return []
+    message = f"--max-num-seqs {value} is below the {largest} concurrent sequences --concurrency asks of each rank: the rest queue"
+    return [Check("flags", Status.WARN, message, fix=f"--max-num-seqs {largest}, or drop it")]

