@@ -74,8 +74,9 @@ def rendered_prompt(python: Path, model: Path, log_dir: Path, *launcher_args: st
     """Start `gptoss-patch serve`, send REQUEST, read the prompt back, stop the server."""
     print(f"$ gptoss-patch serve {model.name} --gpu cpu --python {python} {' '.join(launcher_args)} -- {' '.join(servers.SERVE_ARGS)}", flush=True)
     # The venv's own vocabulary (serve_venv installs it at vocab.venv_dir), never a copy elsewhere; vLLM's
-    # IPC sockets (which it leaves behind) in this run's directory, not loose in $TMPDIR.
-    env = {**vocab.exports(serve_venv.vocab_dir(python)), "VLLM_RPC_BASE_PATH": str(log_dir.parent)}
+    # IPC sockets (which it leaves behind) and its own cache (~/.cache/vllm by default) in this run's directory.
+    env = {**vocab.exports(serve_venv.vocab_dir(python)), "VLLM_RPC_BASE_PATH": str(log_dir.parent),
+           "VLLM_CACHE_ROOT": str(log_dir.parent / "vllm-cache")}
     started = time.monotonic()
     with contextlib.ExitStack() as stack:
         with heartbeat("server start-up", lambda: _last_log_line(log_dir)):

@@ -60,6 +60,16 @@ def changes(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]
     return lines[:limit] + ([f"... and {len(lines) - limit} more"] if len(lines) > limit else [])
 
 
+def what_a_plain_venv_writes_to_home(scratch: Path) -> set[str]:
+    """What this machine's Python writes into HOME for any `python -m venv` (here: a rustup shim leaves
+    `.rustup/settings.toml`): the machine's doing, not the demo's, so it is measured and set aside, never guessed."""
+    home = scratch / "home"
+    home.mkdir(parents=True)
+    subprocess.run([sys.executable, "-m", "venv", str(scratch / "venv")], env={**os.environ, "HOME": str(home)},
+                   check=True, capture_output=True, timeout=120)
+    return {p.relative_to(home).as_posix() for p in home.rglob("*")}
+
+
 def temp_entries() -> set[str]:
     return set(os.listdir("/tmp"))
 
@@ -103,6 +113,12 @@ def test_a_cold_demo_with_an_empty_home_shows_the_patched_prompt_and_writes_noth
         assert len(demo_venvs) == 1, demo_venvs
         vllm_init = next(demo_venvs[0].glob("lib/python3*/site-packages/vllm/__init__.py"))
         assert vllm_init.stat().st_nlink == 1, f"{vllm_init} still shares its inode with the cached venv"
+        # Its own HOME and XDG folders stay empty: the tool writes only under GPTOSS_PATCH_CACHE, the demo's venv and
+        # servers (vLLM's sockets and cache included) only under TMPDIR.
+        machine = what_a_plain_venv_writes_to_home(root / "probe")
+        stray = sorted(str(p) for name, d in dirs.items() if name not in ("GPTOSS_PATCH_CACHE", "TMPDIR")
+                       for p in d.rglob("*") if not (name == "HOME" and p.relative_to(d).as_posix() in machine))
+        assert not stray, f"written outside GPTOSS_PATCH_CACHE and TMPDIR: {stray[:20]}"
         print(f"cold demo: {seconds:.0f} s")
     finally:
         shutil.rmtree(root, ignore_errors=True)
