@@ -118,10 +118,6 @@ def venv_dir(prefix: Path) -> Path:
     return Path(prefix) / "share" / "gptoss-patch" / "tiktoken"
 
 
-def wheel_cache_dir() -> Path:
-    return wheels.cache_dir()
-
-
 def exports(directory: Path) -> dict[str, str]:
     """The variables that make harmony (both lookups) and Python tiktoken use `directory`."""
     where = str(directory)

@@ -1,8 +1,9 @@
-"""Options and presentation shared by `serve` and `doctor` (private: cli.py registers only public modules)."""
+"""Options and presentation shared by the commands that start vLLM: serve, doctor, bench, numerics (private: cli.py registers only public modules)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 from gptoss_patch import clikit
@@ -46,6 +47,41 @@ InstructionsOption = Annotated[
 ExtraArgs = Annotated[
     list[str] | None,
     clikit.Argument(metavar="[-- VLLM_SERVE_ARGS...]", help="Passed to `vllm serve` as they are, after --.", show_default=False),
+]
+# The options of the commands that start servers side by side (bench, numerics).
+CompareOption = Annotated[
+    str | None,
+    clikit.Option(
+        "--compare",
+        metavar="vanilla|recipe|eager",
+        help="Also run plain `vllm serve` (vanilla), vLLM's published Hopper config (recipe) and/or the profile with "
+        "--enforce-eager, side by side (comma-separated).",
+        show_default=False,
+    ),
+]
+VariantOption = Annotated[
+    list[str] | None,
+    clikit.Option(
+        "--variant",
+        metavar="NAME=ARGS",
+        help="Also run the profile with ARGS added (e.g. marlin='--moe-backend marlin'), side by side (repeatable).",
+        show_default=False,
+    ),
+]
+ServersPortOption = Annotated[
+    int, clikit.Option("--port", help="The profile server's port; compared servers take the next ones.")
+]
+StartTimeoutOption = Annotated[
+    float, clikit.Option("--start-timeout", metavar="SECONDS", help="How long the servers may take to become ready.")
+]
+LogDirOption = Annotated[
+    Path | None,
+    clikit.Option(
+        "--log-dir",
+        metavar="DIR",
+        help="Server logs (default: a new directory in logs/ of `gptoss-patch cache dir`).",
+        show_default=False,
+    ),
 ]
 
 

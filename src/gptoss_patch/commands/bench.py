@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 from gptoss_patch import clikit
 from gptoss_patch.commands._launch import (
     AllowUnpatchedOption,
+    CompareOption,
     ExtraArgs,
     GpuOption,
     InstructionsOption,
+    LogDirOption,
+    ServersPortOption,
+    StartTimeoutOption,
+    VariantOption,
     deferred_options,
     resolve_plan,
 )
@@ -33,31 +37,12 @@ ConcurrencyOption = Annotated[
 RepeatOption = Annotated[
     int, clikit.Option("--repeat", metavar="N", help="Rounds; the table shows medians over them and their range.")
 ]
-CompareOption = Annotated[
-    str | None,
-    clikit.Option(
-        "--compare",
-        metavar="vanilla|recipe|eager",
-        help="Also run plain `vllm serve` (vanilla), vLLM's published Hopper config (recipe) and/or the profile with "
-        "--enforce-eager, side by side (comma-separated).",
-        show_default=False,
-    ),
-]
 CaptureOption = Annotated[
     str | None,
     clikit.Option(
         "--capture",
         metavar="N,N,...",
         help="The profile server's --concurrency (CUDA-graph sizes). Default: --concurrency.",
-        show_default=False,
-    ),
-]
-VariantOption = Annotated[
-    list[str] | None,
-    clikit.Option(
-        "--variant",
-        metavar="NAME=ARGS",
-        help="Also run the profile with ARGS added (e.g. marlin='--moe-backend marlin'), side by side (repeatable).",
         show_default=False,
     ),
 ]
@@ -69,24 +54,9 @@ BoundOption = Annotated[
         "bound of MODEL (a local gpt-oss directory).",
     ),
 ]
-PortOption = Annotated[
-    int, clikit.Option("--port", help="The profile server's port; compared servers take the next ones.")
-]
 InputLenOption = Annotated[int, clikit.Option("--input-len", help="Prompt tokens per request (random dataset).")]
 OutputLenOption = Annotated[int, clikit.Option("--output-len", help="Generated tokens per request (ignore_eos).")]
 WavesOption = Annotated[int, clikit.Option("--waves", help="Prompts per run = waves x concurrency.")]
-StartTimeoutOption = Annotated[
-    float, clikit.Option("--start-timeout", metavar="SECONDS", help="How long the servers may take to become ready.")
-]
-LogDirOption = Annotated[
-    Path | None,
-    clikit.Option(
-        "--log-dir",
-        metavar="DIR",
-        help="Server logs (default: a new directory under the XDG state dir).",
-        show_default=False,
-    ),
-]
 
 RUN_TIMEOUT = 900.0  # seconds one `vllm bench serve` run may go without a result
 
@@ -106,7 +76,7 @@ def bench(
     bound: BoundOption = False,
     capture: CaptureOption = None,
     gpu: GpuOption = None,
-    port: PortOption = 8000,
+    port: ServersPortOption = 8000,
     input_len: InputLenOption = 128,
     output_len: OutputLenOption = 256,
     waves: WavesOption = 2,

@@ -6,7 +6,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 from gptoss_patch import clikit
-from gptoss_patch.commands._launch import AllowUnpatchedOption, ExtraArgs, GpuOption, InstructionsOption
+from gptoss_patch.commands._launch import (
+    AllowUnpatchedOption,
+    CompareOption,
+    ExtraArgs,
+    GpuOption,
+    InstructionsOption,
+    LogDirOption,
+    ServersPortOption,
+    StartTimeoutOption,
+    VariantOption,
+)
 from gptoss_patch.options import (
     JsonOption,
     PythonOption,
@@ -48,33 +58,10 @@ BackendOption = Annotated[
         show_default=False,
     ),  # fmt: skip
 ]
-CompareOption = Annotated[
-    str | None,
-    clikit.Option(
-        "--compare", metavar="NAME,...", help="Also start these of bench's compared servers for the server check "
-        "(as `bench --compare`: vanilla is plain `vllm serve`).", show_default=False,
-    ),  # fmt: skip
-]
-VariantOption = Annotated[
-    list[str] | None,
-    clikit.Option(
-        "--variant", metavar="NAME=ARGS",
-        help="Also start the profile with ARGS added (e.g. triton='--moe-backend triton') for the server check.",
-        show_default=False,
-    ),  # fmt: skip
-]
 ParallelOption = Annotated[
     int, clikit.Option("--parallel", metavar="N", help="Prompts in flight at once in a pass (1: one at a time).")
 ]
 MaxTokensOption = Annotated[int, clikit.Option("--max-tokens", metavar="N", help="Greedy tokens per prompt.")]
-PortOption = Annotated[int, clikit.Option("--port", help="The profile server's port; other servers take the next.")]
-StartTimeoutOption = Annotated[
-    float, clikit.Option("--start-timeout", metavar="SECONDS", help="How long the servers may take to become ready.")
-]
-LogDirOption = Annotated[
-    Path | None,
-    clikit.Option("--log-dir", metavar="DIR", help="Server logs (default: beside bench's).", show_default=False),
-]
 
 
 def register(app: clikit.App) -> None:
@@ -95,7 +82,7 @@ def numerics(
     parallel: ParallelOption = 8,
     max_tokens: MaxTokensOption = 32,
     gpu: GpuOption = None,
-    port: PortOption = 8000,
+    port: ServersPortOption = 8000,
     start_timeout: StartTimeoutOption = 900.0,
     allow_unpatched: AllowUnpatchedOption = False,
     instructions: InstructionsOption = None,
