@@ -106,3 +106,26 @@ def test_a_missing_vllm_bench_is_named(tmp_path: Path, clone, model: Path) -> No
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "vllm bench serve is not available" in proc.stderr
     assert not (tmp_path / "logs").exists()  # found out before any server started
+
+
+def test_one_at_a_time_runs_each_server_alone_with_all_the_memory(clone, model: Path, tmp_path: Path) -> None:
+    python = clone(VERSION)
+    port = servers.free_port()
+    proc = bench(python, str(model), tmp_path, "--concurrency", "1", "--repeat", "2", "--waves", "1",
+                 "--compare", "vanilla", "--one-at-a-time", "--port", str(port), "--json",
+                 "--allow-unpatched")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+
+    assert report["one_at_a_time"] is True
+    assert any("one at a time" in note for note in report["notes"])
+    assert [s["name"] for s in report["servers"]] == ["profile", "vanilla"]
+    # Alone, neither gets a share of the memory: no --gpu-memory-utilization is added for it.
+    assert all("--gpu-memory-utilization" not in s["command"] for s in report["servers"])
+    # The profile's rounds all ran before vanilla's: its samples come first.
+    assert [s["server"] for s in report["samples"]] == ["profile", "profile", "vanilla", "vanilla"]
+    rows = {(r["server"], r["concurrency"]): r for r in report["rows"]}
+    assert rows[("profile", 1)]["ratio"] == rows[("profile", 1)]["generation"]["median"] / rows[("vanilla", 1)]["generation"]["median"]
+    assert servers.healthy(f"http://127.0.0.1:{port}") is False
+    assert servers.healthy(f"http://127.0.0.1:{port + 1}") is False
+    assert_no_server_left(tmp_path)

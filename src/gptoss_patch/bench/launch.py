@@ -92,10 +92,15 @@ def recipe_args(plan: LaunchPlan) -> RecipeArgs:
     return hopper_args(plan.capabilities.has_flag, defaults, plan.installation.version)
 
 
-def comparison_notes(plan: LaunchPlan, specs: Sequence[ServerSpec]) -> list[str]:
-    """What the table's reader must know about the compared servers: the recipe's flags against this release, and
-    which servers' figures --stream-interval distorts."""
+def comparison_notes(plan: LaunchPlan, specs: Sequence[ServerSpec], *, one_at_a_time: bool = False) -> list[str]:
+    """What the table's reader must know about the compared servers: how they shared the GPUs, the recipe's flags
+    against this release, and which servers' figures --stream-interval distorts."""
     notes: list[str] = []
+    if one_at_a_time and len(specs) > 1:
+        notes.append(
+            "servers measured one at a time (--one-at-a-time), each with all of its GPUs' memory: rounds were not "
+            "interleaved between servers, so a drift of the machine over the run shows as a difference between them"
+        )
     if any(spec.name == "recipe" for spec in specs):
         notes += recipe_args(plan).notes
         if plan.profile != "sm90":

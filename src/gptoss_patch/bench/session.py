@@ -33,41 +33,68 @@ def run(
     run_timeout: float,
     notify: Callable[[str], None],
     variants: Sequence[str] = (),
+    one_at_a_time: bool = False,
 ) -> BenchReport:
-    """Start every server, wait until all are ready, run the schedule, stop everything; the report."""
+    """Start every server, wait until all are ready, run the schedule, stop everything; the report. With
+    `one_at_a_time`, each server instead runs alone (started, warmed up, measured, stopped) before the next:
+    for servers that do not fit the GPUs together."""
     check_ports(specs)
     started = time.monotonic()
     names = [spec.name for spec in specs]
     runs = schedule(names, workload)
-    by_name = {spec.name: spec for spec in specs}
-    servers: list[RunningServer] = []
-    driver: subprocess.Popen | None = None
-    try:
-        start_side_by_side(specs, log_dir, start_timeout, notify, servers)
-        warmups = [Run(f"warmup-{name}", name, 1, -1) for name in names]
-        payload = [{"id": r.id, "argv": bench_argv(by_name[r.server], warmup(workload), 1, 0)} for r in warmups]
-        payload += [
-            {"id": r.id, "argv": bench_argv(by_name[r.server], workload, r.concurrency, r.round)} for r in runs
-        ]
-        driver = runner.start([python, str(DRIVER)], os.environ, stdout=subprocess.PIPE, stdin=subprocess.PIPE)
-        samples = _drive(driver, payload, {r.id: r for r in runs}, servers, run_timeout, notify)
-    finally:
-        if driver is not None:
-            runner.stop(driver, grace=5)
-        for server in servers:
-            server.stop()
+    groups = [[spec] for spec in specs] if one_at_a_time else [list(specs)]
+    samples: list[Sample] = []
+    finished: list[RunningServer] = []
+    for group in groups:
+        members = {spec.name for spec in group}
+        mine = [r for r in runs if r.server in members]
+        samples += _measure(python, group, workload, mine, log_dir, start_timeout, run_timeout, notify, finished)
     return BenchReport(
         servers=[
             {"name": s.spec.name, "command": list(s.spec.argv), "ready_seconds": s.ready_after, "log": str(s.log_file),
              "gpus": s.spec.gpus, "kv_cache": dict(s.kv_cache)}
-            for s in servers
+            for s in finished
         ],
         workload=asdict(workload),
         rows=summarize(samples, names, variants),
         samples=samples,
         bench_argv=["vllm", "bench", "serve", *bench_argv(specs[0], workload, workload.concurrency[0], 0)],
         seconds=time.monotonic() - started,
+        one_at_a_time=one_at_a_time,
     )
+
+
+def _measure(
+    python: str,
+    specs: Sequence[ServerSpec],
+    workload: Workload,
+    runs: Sequence[Run],
+    log_dir: Path,
+    start_timeout: float,
+    run_timeout: float,
+    notify: Callable[[str], None],
+    finished: list[RunningServer],
+) -> list[Sample]:
+    """Start `specs` side by side, warm each up, run `runs` against them, stop them all (on every exit path);
+    the servers are appended to `finished` once stopped."""
+    by_name = {spec.name: spec for spec in specs}
+    servers: list[RunningServer] = []
+    driver: subprocess.Popen | None = None
+    try:
+        start_side_by_side(specs, log_dir, start_timeout, notify, servers)
+        warmups = [Run(f"warmup-{spec.name}", spec.name, 1, -1) for spec in specs]
+        payload = [{"id": r.id, "argv": bench_argv(by_name[r.server], warmup(workload), 1, 0)} for r in warmups]
+        payload += [
+            {"id": r.id, "argv": bench_argv(by_name[r.server], workload, r.concurrency, r.round)} for r in runs
+        ]
+        driver = runner.start([python, str(DRIVER)], os.environ, stdout=subprocess.PIPE, stdin=subprocess.PIPE)
+        return _drive(driver, payload, {r.id: r for r in runs}, servers, run_timeout, notify)
+    finally:
+        if driver is not None:
+            runner.stop(driver, grace=5)
+        for server in servers:
+            server.stop()
+        finished.extend(servers)
 
 
 def _drive(

@@ -69,6 +69,7 @@ class BenchReport:
     samples: list[Sample]
     bench_argv: list[str]
     seconds: float
+    one_at_a_time: bool = False  # each server ran alone on the GPUs, not side by side
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -78,6 +79,7 @@ class BenchReport:
             "samples": [asdict(sample) for sample in self.samples],
             "bench_command": self.bench_argv,
             "seconds": round(self.seconds, 1),
+            "one_at_a_time": self.one_at_a_time,
         }
 
 

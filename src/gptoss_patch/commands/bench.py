@@ -57,6 +57,15 @@ BoundOption = Annotated[
 InputLenOption = Annotated[int, clikit.Option("--input-len", help="Prompt tokens per request (random dataset).")]
 OutputLenOption = Annotated[int, clikit.Option("--output-len", help="Generated tokens per request (ignore_eos).")]
 WavesOption = Annotated[int, clikit.Option("--waves", help="Prompts per run = waves x concurrency.")]
+OneAtATimeOption = Annotated[
+    bool,
+    clikit.Option(
+        "--one-at-a-time",
+        help="Run each server alone, with all its GPUs' memory: started, measured at every concurrency and round, "
+        "stopped, then the next. For servers that do not fit the GPUs together (120b on one GPU); the rounds are then "
+        "no longer interleaved between servers, which the table says.",
+    ),
+]
 
 RUN_TIMEOUT = 900.0  # seconds one `vllm bench serve` run may go without a result
 
@@ -80,6 +89,7 @@ def bench(
     input_len: InputLenOption = 128,
     output_len: OutputLenOption = 256,
     waves: WavesOption = 2,
+    one_at_a_time: OneAtATimeOption = False,
     start_timeout: StartTimeoutOption = 900.0,
     allow_unpatched: AllowUnpatchedOption = False,
     instructions: InstructionsOption = None,
@@ -106,7 +116,8 @@ def bench(
     engine.check_repeat(repeat)
     recipe = launch.bound_recipe(model, sizes) if bound else None
     user_args = tuple(extra or ())
-    shared = launch.memory_share(len(comparisons) + len(variants) + 1, user_args, gpu)
+    servers = 1 if one_at_a_time else len(comparisons) + len(variants) + 1
+    shared = launch.memory_share(servers, user_args, gpu)
     options = deferred_options(
         model, gpu=gpu, concurrency=capture or concurrency, host=launch.LOOPBACK, port=port, extra_args=user_args + shared,
         allow_unpatched=allow_unpatched, allow_unauthenticated=False, expect_reasoning=True, vocab=vocab,
@@ -118,7 +129,7 @@ def bench(
     engine.require_bench(plan.installation.package_root, str(plan.installation.python))
     _preflight(plan)
     specs = launch.server_specs(plan, port, comparisons, variants)
-    notes = launch.comparison_notes(plan, specs)
+    notes = launch.comparison_notes(plan, specs, one_at_a_time=one_at_a_time)
     workload = engine.Workload(
         model=model, concurrency=sizes, repeat=repeat, input_len=input_len, output_len=output_len, waves=waves
     )
@@ -132,6 +143,7 @@ def bench(
         report = engine.run(
             python_path, specs, workload, log_dir=log_dir or launch.default_log_dir(), start_timeout=start_timeout,
             run_timeout=RUN_TIMEOUT, notify=render.info, variants=[name for name, _ in variants],
+            one_at_a_time=one_at_a_time,
         )  # fmt: skip
     except engine.BenchFailed as exc:  # the cause in one line, then the server's last lines
         render.bench_failed(exc, as_json=json)
