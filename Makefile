@@ -5,7 +5,7 @@ VENV := .venv
 # The tests of `make check`: none with a marker that stands for a download (tests/support/markers.py).
 FAST_TESTS := not upstream and not harness and not server
 
-.PHONY: demo test check bench matrix
+.PHONY: demo test check bench matrix fuzz
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,3 +37,8 @@ bench: $(VENV)/.installed
 
 matrix: $(VENV)/.installed
 	$(VENV)/bin/python scripts/compat_matrix.py
+
+# The patched server under hostile requests and load, side by side with stock (docs/safety.md); FUZZ_ARGS, e.g.
+# FUZZ_ARGS="--versions 0.17.1 --cases 200 --soak 300", changes the budget.
+fuzz: $(VENV)/.installed
+	$(VENV)/bin/python scripts/fuzz.py $(FUZZ_ARGS)

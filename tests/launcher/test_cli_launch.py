@@ -85,6 +85,41 @@ def test_doctor_exits_1_on_a_variable_vllm_does_not_read(installs):
     assert [(c["name"], c["fix"]) for c in failed] == [("env", "use VLLM_MXFP4_USE_MARLIN=1 instead")]
 
 
+def doctor_json(inst, *args: str, port: int | None = None) -> dict:
+    result = invoke("doctor", "openai/gpt-oss-120b", "--venv", venv_of(inst), "--json", "--port", str(port or free_port()), *args)
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_doctor_sm90_leaves_the_moe_kernel_to_vllm_and_fast_moe_pins_marlin_with_a_warning(installs):
+    default = doctor_json(installs["0.33.0"], "--gpu", "sm90")
+    assert "--moe-backend" not in default["command"] and "reproducibility" not in {c["name"] for c in default["checks"]}
+    (note,) = [n for n in default["notes"] if n.startswith("MXFP4 MoE kernel left to vLLM (Triton on Hopper)")]
+    assert "--fast-moe pins Marlin: faster (1.29×" in note and "1.5× the kernel error against float64" in note
+    fast = doctor_json(installs["0.33.0"], "--gpu", "sm90", "--fast-moe")
+    assert fast["command"][fast["command"].index("--moe-backend") + 1] == "marlin"
+    (row,) = [c for c in fast["checks"] if c["name"] == "reproducibility"]
+    assert row["status"] == "warn" and row["message"].startswith("--fast-moe (Marlin's MoE kernel) gives up accuracy")
+
+
+def test_doctor_fast_moe_on_sm121_changes_nothing_and_says_so(installs):
+    port = free_port()
+    plain = doctor_json(installs["0.33.0"], "--gpu", "sm121", port=port)
+    fast = doctor_json(installs["0.33.0"], "--gpu", "sm121", "--fast-moe", port=port)
+    assert fast["settings"] == plain["settings"] and fast["checks"] == plain["checks"]
+    assert [n for n in fast["notes"] if n not in plain["notes"]] == [
+        "--fast-moe changes nothing on sm121: Marlin is already pinned, the only MXFP4 MoE kernel stock vLLM has on SM12x"
+    ]
+    (row,) = [c for c in fast["checks"] if c["name"] == "reproducibility"]
+    assert row["status"] == "warn" and row["fix"].startswith("-- --max-num-seqs 1")
+
+
+@pytest.mark.parametrize("command", ["serve", "doctor", "bench", "numerics"])
+def test_deterministic_is_gone(command):
+    result = invoke(command, MODEL, "--deterministic")
+    assert result.exit_code == 2 and "No such option '--deterministic'" in result.stderr
+
+
 # -- serve: bad input stops with one line, nothing started ---------------------------------------
 
 

@@ -7,7 +7,7 @@ import socket
 import pytest
 
 from gptoss_patch.errors import TargetError, UsageError
-from gptoss_patch.launcher import preflight
+from gptoss_patch.launcher import preflight, profiles
 from gptoss_patch.launcher.results import Status
 from tests.launcher.conftest import pending_summary, resolve, rows
 
@@ -369,7 +369,7 @@ def _model_dir(tmp_path, quantization: dict | None):
     ids=["mxfp4", "bf16", "fp8"],
 )
 def test_hopper_marlin_only_for_mxfp4_checkpoints(installs, tmp_path, quantization, kept):
-    plan = resolve(installs["0.33.0"], model=_model_dir(tmp_path, quantization), gpu="sm90")
+    plan = resolve(installs["0.33.0"], model=_model_dir(tmp_path, quantization), gpu="sm90", fast_moe=True)
     assert ("--moe-backend" in plan.argv) is kept
     left_out = [n for n in plan.notes if n.startswith("--moe-backend marlin left out")]
     assert bool(left_out) is not kept
@@ -380,7 +380,15 @@ def test_hopper_marlin_only_for_mxfp4_checkpoints(installs, tmp_path, quantizati
 
 
 def test_hopper_marlin_for_a_model_id_and_yours_after_the_separator_wins(installs):
-    assert resolve(installs["0.33.0"], model="openai/gpt-oss-120b", gpu="sm90").argv.count("--moe-backend") == 1
-    plan = resolve(installs["0.33.0"], model="openai/gpt-oss-120b", gpu="sm90", extra_args=("--moe-backend", "triton"))
+    assert resolve(installs["0.33.0"], model="openai/gpt-oss-120b", gpu="sm90", fast_moe=True).argv.count("--moe-backend") == 1
+    extra = ("--moe-backend", "triton")
+    plan = resolve(installs["0.33.0"], model="openai/gpt-oss-120b", gpu="sm90", fast_moe=True, extra_args=extra)
     assert plan.argv[-2:] == ["--moe-backend", "triton"] and plan.argv.count("--moe-backend") == 1
     assert any(n == "--moe-backend marlin left out: given after --" for n in plan.notes)
+
+
+def test_hopper_leaves_the_moe_kernel_to_vllm_by_default(installs):
+    plan = resolve(installs["0.33.0"], model="openai/gpt-oss-120b", gpu="sm90")
+    assert "--moe-backend" not in plan.argv and plan.expected_moe is None
+    assert profiles.SM90_MOE_NOTE in plan.notes
+    assert only(preflight.run_checks(plan), "moe-backend").message.startswith("automatic selection")

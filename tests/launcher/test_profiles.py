@@ -125,15 +125,40 @@ def test_cpu_leaves_vllm_to_choose(static_installs):
     assert result.settings == () and result.moe_pin is None
 
 
+def test_hopper_leaves_the_moe_kernel_to_vllm_and_says_what_fast_moe_would_trade(static_installs):
+    result = profiles.profile_settings("sm90", caps_of(static_installs, "0.33.0"))
+    assert result.settings == () and result.moe_pin is None
+    (note,) = result.notes
+    assert note.startswith("MXFP4 MoE kernel left to vLLM (Triton on Hopper)")
+    assert "--fast-moe pins Marlin: faster (1.29× generation at one stream" in note and "1.86× on 120b" in note
+    assert "1.5× the kernel error against float64" in note and "not reproducible run to run" in note
+
+
 @pytest.mark.parametrize("version", ["0.22.1", "0.33.0"])
-def test_hopper_takes_marlin_where_the_mxfp4_selector_honours_the_flag(static_installs, version):
-    result = profiles.profile_settings("sm90", caps_of(static_installs, version))
-    assert [list(s.argv) for s in result.settings] == [["--moe-backend", "marlin"]]
-    assert "H100" in result.settings[0].why and "docs/performance.md" in result.settings[0].why
+def test_fast_moe_takes_marlin_on_hopper_where_the_mxfp4_selector_honours_the_flag(static_installs, version):
+    result = profiles.profile_settings("sm90", caps_of(static_installs, version), fast_moe=True)
+    assert [list(s.argv) for s in result.settings] == [["--moe-backend", "marlin"]] and result.notes == ()
+    why = result.settings[0].why
+    assert why.startswith("--fast-moe: Marlin's MXFP4 MoE kernel") and profiles.MARLIN_SPEED in why
+    assert profiles.MARLIN_ERROR in why and "docs/performance.md" in why
     assert result.moe_pin is None  # a speed choice, not a correctness pin: the log is reported, not enforced
 
 
-def test_hopper_leaves_the_choice_to_vllm_where_the_flag_is_ignored(static_installs):
-    result = profiles.profile_settings("sm90", caps_of(static_installs, "0.17.1"))  # --moe-backend ignored for MXFP4
+def test_fast_moe_on_hopper_leaves_the_choice_to_vllm_where_the_flag_is_ignored(static_installs):
+    result = profiles.profile_settings("sm90", caps_of(static_installs, "0.17.1"), fast_moe=True)  # --moe-backend ignored for MXFP4
     assert result.settings == ()
-    assert result.notes == ("MXFP4 MoE backend left to vLLM: 0.17.1's MXFP4 selector does not take --moe-backend marlin",)
+    assert result.notes == ("--fast-moe: MXFP4 MoE backend left to vLLM: 0.17.1's MXFP4 selector does not take --moe-backend marlin",)
+
+
+@pytest.mark.parametrize("profile", ["sm120", "sm121"])
+def test_fast_moe_changes_nothing_on_sm12x_and_says_so(static_installs, profile):
+    caps = caps_of(static_installs, "0.33.0")
+    plain, fast = profiles.profile_settings(profile, caps), profiles.profile_settings(profile, caps, fast_moe=True)
+    assert fast.settings == plain.settings and fast.moe_pin == plain.moe_pin is not None
+    assert fast.notes == (*plain.notes, f"--fast-moe changes nothing on {profile}: Marlin is already pinned, "
+                          "the only MXFP4 MoE kernel stock vLLM has on SM12x")  # fmt: skip
+
+
+def test_fast_moe_changes_nothing_off_hopper_and_sm12x(static_installs):
+    result = profiles.profile_settings("cpu", caps_of(static_installs, "0.33.0"), fast_moe=True)
+    assert result.settings == () and result.notes == ("--fast-moe changes nothing on cpu: it pins Marlin on sm90 (Hopper) only",)

@@ -1,27 +1,39 @@
-"""launcher/reproducibility.py on real plans: the sm90 profile's Marlin pin (0.33.0's static files) warns in the
-`reproducibility` row, --deterministic swaps it for Triton, and the SM12x pin refuses it."""
+"""launcher/reproducibility.py on real plans (0.33.0's static files): the sm90 profile leaves the MoE kernel to vLLM
+and has no row; --fast-moe pins Marlin and warns; on SM12x Marlin stays pinned, warns, and --fast-moe changes nothing."""
 
 from __future__ import annotations
 
-import pytest
-
-from gptoss_patch.errors import UsageError
-from gptoss_patch.launcher import reproducibility
+from gptoss_patch.launcher import profiles, reproducibility
 from gptoss_patch.launcher.results import Status
-from tests.launcher.conftest import resolve
+from tests.launcher.conftest import free_port, resolve
+
+MODEL_120B = "openai/gpt-oss-120b"
 
 
-def test_the_sm90_profile_warns_and_deterministic_gives_triton(installs) -> None:
-    plan = resolve(installs["0.33.0"], model="openai/gpt-oss-120b", gpu="sm90")
+def test_the_sm90_profile_runs_the_experts_on_vllms_kernel_and_has_no_row(installs) -> None:
+    plan = resolve(installs["0.33.0"], model=MODEL_120B, gpu="sm90")
+    assert "--moe-backend" not in plan.argv and profiles.SM90_MOE_NOTE in plan.notes
+    assert reproducibility.checks(plan) == ()
+
+
+def test_fast_moe_pins_marlin_on_sm90_and_warns_what_it_gives_up(installs) -> None:
+    plan = resolve(installs["0.33.0"], model=MODEL_120B, gpu="sm90", fast_moe=True)
+    assert plan.argv[plan.argv.index("--moe-backend") + 1] == "marlin" and profiles.SM90_MOE_NOTE not in plan.notes
     (check,) = reproducibility.checks(plan)
-    assert check.status is Status.WARN and "the sm90 profile's Marlin MoE kernel gives up run-to-run" in check.message
-    done = reproducibility.make_deterministic(plan)
-    assert done.argv.count("--moe-backend") == 1 and done.argv[done.argv.index("--moe-backend") + 1] == "triton"
-    assert reproducibility.checks(done, deterministic=True)[0].status is Status.PASS
+    assert check.status is Status.WARN
+    assert check.message.startswith(f"--fast-moe (Marlin's MoE kernel) gives up accuracy ({profiles.MARLIN_ERROR})")
+    assert "and run-to-run reproducibility of the prompt pass" in check.message
+    assert check.fix == "drop --fast-moe (vLLM's Triton MXFP4 kernel on Hopper), or -- --moe-backend triton"
 
 
-def test_sm121_refuses_deterministic(installs) -> None:
-    plan = resolve(installs["0.33.0"], model="openai/gpt-oss-120b", gpu="sm121")
-    assert reproducibility.checks(plan)[0].status is Status.WARN
-    with pytest.raises(UsageError, match="no MXFP4 MoE kernel but Marlin"):
-        reproducibility.make_deterministic(plan)
+def test_fast_moe_on_sm121_changes_nothing_but_a_note_and_the_row_still_warns(installs) -> None:
+    port = free_port()
+    plain = resolve(installs["0.33.0"], model=MODEL_120B, gpu="sm121", port=port)
+    fast = resolve(installs["0.33.0"], model=MODEL_120B, gpu="sm121", port=port, fast_moe=True)
+    assert fast.argv == plain.argv and fast.env_additions == plain.env_additions and fast.expected_moe == "MARLIN"
+    assert set(fast.notes) - set(plain.notes) == {
+        "--fast-moe changes nothing on sm121: Marlin is already pinned, the only MXFP4 MoE kernel stock vLLM has on SM12x"
+    }
+    (check,) = reproducibility.checks(fast)
+    assert check.status is Status.WARN and check.message.startswith("the sm121 profile's Marlin MoE kernel gives up accuracy")
+    assert check.fix.startswith("-- --max-num-seqs 1 (one request at a time")

@@ -1,5 +1,5 @@
 """gptoss_patch.numerics without vLLM: the layer shape, the kernel report read back, the server comparisons, the
-tables at 80 columns; and launcher/reproducibility.py (the reproducibility row, --deterministic) on plain plans."""
+tables at 80 columns; and launcher/reproducibility.py (the reproducibility row wherever Marlin runs) on plain plans."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import io
 import json
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -189,11 +188,10 @@ def test_the_tables_fit_80_columns(monkeypatch: pytest.MonkeyPatch) -> None:
 # -- launcher/reproducibility.py ----------------------------------------------------------------------------
 
 
-def plan(profile: str, *settings: Setting, extra: tuple[str, ...] = (), choices: tuple[str, ...] = ("marlin", "triton")) -> LaunchPlan:
+def plan(profile: str, *settings: Setting, extra: tuple[str, ...] = ()) -> LaunchPlan:
     return LaunchPlan(
         installation=None, executable=Path("/v/bin/vllm"), model="/m", profile=profile, profile_source="--gpu",
         settings=settings, notes=(), extra_args=extra, base_env={},
-        capabilities=SimpleNamespace(moe=SimpleNamespace(choices=choices)),
     )  # fmt: skip
 
 
@@ -201,27 +199,20 @@ MARLIN = Setting.flag("--moe-backend", "marlin", why="SM90: faster")
 PIN_ENV = Setting.env("VLLM_MXFP4_USE_MARLIN", "1", why="SM12x pin")
 
 
-def test_the_sm90_marlin_pin_is_a_warning_that_says_what_is_given_up_and_how_to_get_it_back() -> None:
+def test_marlin_on_sm90_is_a_warning_that_names_both_properties_given_up_and_the_fix() -> None:
     (check,) = reproducibility.checks(plan("sm90", MARLIN))
     assert check.name == "reproducibility" and check.status is Status.WARN
-    assert "gives up run-to-run reproducibility of the prompt pass" in check.message
-    assert "--deterministic" in check.fix and "-- --moe-backend triton" in check.fix
+    assert check.message.startswith("--fast-moe (Marlin's MoE kernel) gives up accuracy (1.5× the kernel error against float64")
+    assert "and run-to-run reproducibility of the prompt pass" in check.message
+    assert "drop --fast-moe" in check.fix and "-- --moe-backend triton" in check.fix
     assert reproducibility.checks(plan("sm90", MARLIN, extra=("--moe-backend", "triton"))) == ()
-    assert reproducibility.checks(plan("cpu")) == ()
+    assert reproducibility.checks(plan("sm90")) == () and reproducibility.checks(plan("cpu")) == ()
+
+
+def test_the_users_own_marlin_warns_too_and_sm12x_is_told_one_request_at_a_time() -> None:
     (mine,) = reproducibility.checks(plan("cpu", extra=("--moe-backend", "marlin")))
-    assert mine.message.startswith("your --moe-backend marlin gives up")
-
-
-def test_deterministic_swaps_marlin_for_triton_on_sm90_and_refuses_where_marlin_is_all_there_is() -> None:
-    done = reproducibility.make_deterministic(plan("sm90", MARLIN))
-    assert done.argv[-2:] == ["--moe-backend", "triton"] and "marlin" not in done.argv
-    assert done.notes[-1].startswith("--moe-backend marlin left out: --deterministic")
-    (check,) = reproducibility.checks(done, deterministic=True)
-    assert check.status is Status.PASS and "Triton" in check.message
-    without = reproducibility.make_deterministic(plan("sm90", MARLIN, choices=("marlin",)))
-    assert "--moe-backend" not in without.argv  # vLLM's own choice, Triton on Hopper
-    assert reproducibility.make_deterministic(plan("cpu")) == plan("cpu")
-    with pytest.raises(UsageError, match="on sm121 stock vLLM has no MXFP4 MoE kernel but Marlin"):
-        reproducibility.make_deterministic(plan("sm121", PIN_ENV))
-    with pytest.raises(UsageError, match="contradicts --moe-backend marlin"):
-        reproducibility.make_deterministic(plan("sm90", MARLIN, extra=("--moe-backend", "marlin")))
+    assert mine.message.startswith("your --moe-backend marlin gives up accuracy")
+    assert mine.fix == "-- --moe-backend triton (vLLM's Triton MXFP4 kernel) instead of marlin"
+    (pinned,) = reproducibility.checks(plan("sm121", PIN_ENV))
+    assert pinned.message.startswith("the sm121 profile's Marlin MoE kernel gives up accuracy")
+    assert pinned.fix.startswith("-- --max-num-seqs 1 (one request at a time")

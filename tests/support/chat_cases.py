@@ -100,3 +100,82 @@ TABLE: dict[str, dict[str, Any]] = {
     },
 }
 SETTINGS = ("unset", "1")
+
+# Upstream-style Chat Completions cases the in-process equivalence table adds to TABLE (the real-server
+# tests keep TABLE): arrays of content parts, system/developer combinations with tools, an empty developer message.
+MORE_CHAT: dict[str, dict[str, Any]] = {
+    "developer_content_parts": {
+        "messages": [
+            {"role": "developer", "content": [{"type": "text", "text": "Rule 1."}, {"type": "text", "text": "Rule 2."}]},
+            {"role": "user", "content": "hi"},
+        ]
+    },
+    "system_parts_then_developer_parts": {
+        "messages": [
+            {"role": "system", "content": [{"type": "text", "text": PIRATE}]},
+            {"role": "developer", "content": [{"type": "text", "text": "Answer in French."}]},
+            {"role": "user", "content": [{"type": "text", "text": "Part one. "}, {"type": "text", "text": "Part two."}]},
+        ]
+    },
+    "developer_tools": {
+        "messages": [{"role": "developer", "content": "Answer in French."}, {"role": "user", "content": "Weather in Paris?"}],
+        "tools": [WEATHER_TOOL],
+    },
+    "developer_after_system_tools": {
+        "messages": [
+            {"role": "system", "content": PIRATE},
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "developer", "content": "Use Celsius."},
+        ],
+        "tools": [WEATHER_TOOL],
+    },
+    "empty_developer": {"messages": [{"role": "developer", "content": ""}, {"role": "user", "content": "hi"}]},
+}
+EQUIVALENCE_TABLE = {**TABLE, **MORE_CHAT}
+
+# Responses API requests (ResponsesRequest fields) rendered through OpenAIServingResponses: `instructions`,
+# and system/developer input items (strings and arrays of input_text parts), with and without tools.
+RESPONSES_WEATHER_TOOL = {"type": "function", **WEATHER_TOOL["function"]}
+FRENCH = "Answer in French."
+
+
+def _item(role: str, content: Any) -> dict[str, Any]:
+    return {"type": "message", "role": role, "content": content}
+
+
+RESPONSES_TABLE: dict[str, dict[str, Any]] = {
+    "no_instructions": {"input": "What is 2 + 2?"},
+    "instructions": {"instructions": PIRATE, "input": "hi"},
+    "instructions_items": {"instructions": PIRATE, "input": [_item("user", "hi")]},
+    "instructions_tools": {"instructions": PIRATE, "input": "Weather in Paris?", "tools": [RESPONSES_WEATHER_TOOL]},
+    "tools_no_instructions": {"input": "Weather in Paris?", "tools": [RESPONSES_WEATHER_TOOL]},
+    "system_item": {"input": [_item("system", PIRATE), _item("user", "hi")]},
+    "developer_item": {"input": [_item("developer", FRENCH), _item("user", "hi")]},
+    "system_item_no_type": {"input": [{"role": "system", "content": PIRATE}, {"role": "user", "content": "hi"}]},
+    "system_then_developer_items": {"input": [_item("system", PIRATE), _item("developer", FRENCH), _item("user", "hi")]},
+    "developer_then_system_items": {"input": [_item("developer", FRENCH), _item("system", PIRATE), _item("user", "hi")]},
+    "two_system_items": {"input": [_item("system", PIRATE), _item("system", "Keep answers short."), _item("user", "hi")]},
+    "instructions_and_system_item": {"instructions": "Be brief.", "input": [_item("system", PIRATE), _item("user", "hi")]},
+    "instructions_and_developer_item": {"instructions": "Be brief.", "input": [_item("developer", FRENCH), _item("user", "hi")]},
+    "system_item_later": {"input": [_item("user", "hi"), _item("system", "From now on, answer in French."), _item("user", "Capital of Italy?")]},
+    "content_parts_items": {
+        "input": [
+            _item("system", [{"type": "input_text", "text": "You are a pirate. "}, {"type": "input_text", "text": "Say arr."}]),
+            _item("developer", [{"type": "input_text", "text": "Rule 1."}, {"type": "input_text", "text": "Rule 2."}]),
+            _item("user", [{"type": "input_text", "text": "Part one. "}, {"type": "input_text", "text": "Part two."}]),
+        ]
+    },
+    "empty_system_item": {"input": [_item("system", ""), _item("user", "hi")]},
+    "empty_developer_item_later": {"input": [_item("user", "hi"), _item("developer", "")]},
+    "system_item_tools": {"input": [_item("system", PIRATE), _item("user", "Weather in Paris?")], "tools": [RESPONSES_WEATHER_TOOL]},
+    "instructions_reasoning_effort": {"instructions": PIRATE, "input": "hi", "reasoning": {"effort": "high"}},
+    "function_call_round_trip": {
+        "instructions": PIRATE,
+        "input": [
+            _item("user", "Weather in Paris?"),
+            {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "Paris"}'},
+            {"type": "function_call_output", "call_id": "call_1", "output": "Sunny, 21 C"},
+        ],
+        "tools": [RESPONSES_WEATHER_TOOL],
+    },
+}

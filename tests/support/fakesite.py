@@ -92,10 +92,82 @@ def get_system_message(reasoning_effort=None, instructions=None, with_custom_too
         sys_msg_content = sys_msg_content.with_reasoning_effort(reasoning_effort)
     sys_msg = Message.from_role_and_content(Role.SYSTEM, sys_msg_content)
     return sys_msg
+
+
+def flatten_chat_text_content(content):
+    if isinstance(content, list):
+        return "".join(item.get("text", "") for item in content if isinstance(item, dict) and item.get("type") == "text")
+    return content
+
+
+def parse_chat_input_to_harmony_message(chat_msg, tool_id_names=None):
+    role = chat_msg.get("role")
+    msgs = []
+    if role == "assistant" and chat_msg.get("tool_calls"):
+        content = flatten_chat_text_content(chat_msg.get("content"))
+        return msgs
+    if role == "tool":
+        content = chat_msg.get("content", "") or ""
+        content = flatten_chat_text_content(content)
+        return [Message.from_role_and_content(Role.TOOL, content)]
+    msgs.append(Message.from_role_and_content(role, chat_msg.get("content") or ""))
+    return msgs
+'''
+
+RESPONSES_SERVING = '''\
+from vllm.entrypoints.openai.parser.harmony_utils import get_developer_message, get_system_message, get_user_message
+from vllm.entrypoints.openai.responses.harmony import response_input_to_harmony
+
+
+class OpenAIServingResponses:
+    def _construct_input_messages_with_harmony(self, request, prev_response):
+        messages = []
+        if prev_response is None:
+            tool_types = {tool.type for tool in request.tools}
+            with_custom_tools = "function" in tool_types
+            sys_msg = self._construct_harmony_system_input_message(request, with_custom_tools, tool_types)
+            messages.append(sys_msg)
+            if with_custom_tools:
+                messages.append(get_developer_message(instructions=request.instructions, tools=request.tools))
+        else:
+            messages.extend(self.msg_store[prev_response.id])
+        if isinstance(request.input, str):
+            messages.append(get_user_message(request.input))
+        else:
+            prev_outputs = []
+            for response_msg in request.input:
+                new_msg = response_input_to_harmony(response_msg, prev_outputs)
+                if new_msg.author.role != "system":
+                    messages.append(new_msg)
+        return messages
+'''
+
+RESPONSES_HARMONY = '''\
+from openai_harmony import Message, TextContent
+
+
+def _parse_chat_format_message(chat_msg):
+    role = chat_msg.get("role")
+    if role == "tool":
+        return [Message.from_role_and_content(role, chat_msg.get("content") or "")]
+    return [Message.from_role_and_content(role, chat_msg.get("content") or "")]
+
+
+def response_input_to_harmony(response_msg, prev_responses):
+    if "type" not in response_msg or response_msg["type"] == "message":
+        role = response_msg["role"]
+        content = response_msg["content"]
+        text_prefix = "Instructions:\\n" if role == "developer" else ""
+        msg = Message.from_role_and_content(role, text_prefix + content)
+    else:
+        raise ValueError(response_msg["type"])
+    return msg
 '''
 
 FILES = {
     "vllm/__init__.py": "",
+    "vllm/entrypoints/openai/responses/harmony.py": RESPONSES_HARMONY,
+    "vllm/entrypoints/openai/responses/serving.py": RESPONSES_SERVING,
     "vllm/entrypoints/openai/chat_completion/serving.py": SERVING,
     "vllm/entrypoints/openai/parser/harmony_utils.py": HARMONY_UTILS,
     "vllm/model_executor/layers/quantization/mxfp4.py": MXFP4,

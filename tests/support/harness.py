@@ -111,14 +111,17 @@ def installed_vllm(python: Path) -> str:
     return plugin.distribution_facts(found)[1]
 
 
-def render_table(python: Path, cases: Mapping[str, Mapping[str, Any]], *, settings: Sequence[str] = ("unset", "1"), repeat: int = 0) -> dict[str, Any]:
-    """Render chat requests through the installed builder (verify/probes/prompts.py), in one process.
+def render_table(
+    python: Path, cases: Mapping[str, Mapping[str, Any]], *, settings: Sequence[str] = ("unset", "1"), repeat: int = 0, api: str = "chat"
+) -> dict[str, Any]:
+    """Render chat (or, with api="responses", Responses API) requests through the installed builder
+    (verify/probes/prompts.py), in one process.
 
     Pinned VLLM_SYSTEM_START_DATE, the venv's own vocabulary; returns prompts.py's JSON payload.
     """
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "TIKTOKEN_"))}
     env.update(VLLM_SYSTEM_START_DATE=START_DATE, VLLM_LOGGING_LEVEL="ERROR", TIKTOKEN_ENCODINGS_BASE=str(vocab_dir(python)))
-    table = json.dumps({"cases": cases, "settings": list(settings), "repeat": repeat})
+    table = json.dumps({"cases": cases, "settings": list(settings), "repeat": repeat, "api": api})
     proc = subprocess.run([str(python), "-B", str(PROMPTS)], input=table, capture_output=True, text=True, env=env, check=False)
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(MARKER):

@@ -36,6 +36,9 @@ TARGETS = (  # files whose pristine state every clone must start from
     "vllm/model_executor/layers/quantization/utils/marlin_utils.py",
     "vllm/entrypoints/openai/parser/harmony_utils.py",
     "vllm/entrypoints/serve/render/serving.py",
+    "vllm/entrypoints/openai/responses/serving.py",
+    "vllm/entrypoints/openai/responses/harmony.py",
+    "vllm/renderers/online_renderer.py",
     "vllm/parser/harmony.py",
 )
 

@@ -44,6 +44,15 @@ InstructionsOption = Annotated[
         show_default=False,
     ),
 ]
+FastMoeOption = Annotated[
+    bool,
+    clikit.Option(
+        "--fast-moe",
+        help="sm90: run the MXFP4 experts on Marlin's MoE kernel instead of vLLM's Triton one: faster, but less "
+        "accurate against float64 and its prompt pass is not reproducible run to run (the plan's note and the "
+        "reproducibility row give the figures). No change on SM12x, where Marlin is already the only kernel.",
+    ),
+]
 ExtraArgs = Annotated[
     list[str] | None,
     clikit.Argument(metavar="[-- VLLM_SERVE_ARGS...]", help="Passed to `vllm serve` as they are, after --.", show_default=False),

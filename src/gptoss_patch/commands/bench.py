@@ -9,6 +9,7 @@ from gptoss_patch.commands._launch import (
     AllowUnpatchedOption,
     CompareOption,
     ExtraArgs,
+    FastMoeOption,
     GpuOption,
     InstructionsOption,
     LogDirOption,
@@ -93,6 +94,7 @@ def bench(
     start_timeout: StartTimeoutOption = 900.0,
     allow_unpatched: AllowUnpatchedOption = False,
     instructions: InstructionsOption = None,
+    fast_moe: FastMoeOption = False,
     log_dir: LogDirOption = None,
     python: PythonOption = None,
     venv: VenvOption = None,
@@ -121,7 +123,7 @@ def bench(
     options = deferred_options(
         model, gpu=gpu, concurrency=capture or concurrency, host=launch.LOOPBACK, port=port, extra_args=user_args + shared,
         allow_unpatched=allow_unpatched, allow_unauthenticated=False, expect_reasoning=True, vocab=vocab,
-        instructions=instructions,
+        instructions=instructions, fast_moe=fast_moe,
     )  # fmt: skip
     plan = resolve_plan(python, venv, vllm, options)
     preflight.require_launchable(plan)

@@ -12,6 +12,7 @@ from gptoss_patch.commands._launch import (
     ConcurrencyOption,
     ExpectReasoningOption,
     ExtraArgs,
+    FastMoeOption,
     GpuOption,
     HostOption,
     InstructionsOption,
@@ -20,7 +21,6 @@ from gptoss_patch.commands._launch import (
     resolve_plan,
     show_checks,
 )
-from gptoss_patch.commands.serve import DeterministicOption
 from gptoss_patch.errors import ExitCode
 from gptoss_patch.options import (
     JsonOption,
@@ -52,7 +52,7 @@ def doctor(
     allow_unauthenticated: AllowUnauthenticatedOption = False,
     expect_reasoning: ExpectReasoningOption = False,
     instructions: InstructionsOption = None,
-    deterministic: DeterministicOption = False,
+    fast_moe: FastMoeOption = False,
     json: JsonOption = False,
     python: PythonOption = None,
     venv: VenvOption = None,
@@ -68,16 +68,14 @@ def doctor(
     options = deferred_options(
         model, gpu=gpu, concurrency=concurrency, host=host, port=port, extra_args=tuple(extra or ()),
         allow_unpatched=allow_unpatched, allow_unauthenticated=allow_unauthenticated, expect_reasoning=expect_reasoning, vocab=vocab,
-        instructions=instructions,
+        instructions=instructions, fast_moe=fast_moe,
     )  # fmt: skip
     plan = resolve_plan(python, venv, vllm, options)
     from gptoss_patch import render
     from gptoss_patch.launcher import preflight, reproducibility
     from gptoss_patch.launcher.results import Status, worst
 
-    if deterministic:
-        plan = reproducibility.make_deterministic(plan)
-    checks = (*preflight.run_checks(plan), *reproducibility.checks(plan, deterministic=deterministic))
+    checks = (*preflight.run_checks(plan), *reproducibility.checks(plan))
     if json:
         render.json_out(_payload(plan, checks))
     else:

@@ -10,6 +10,7 @@ from gptoss_patch.commands._launch import (
     AllowUnpatchedOption,
     CompareOption,
     ExtraArgs,
+    FastMoeOption,
     GpuOption,
     InstructionsOption,
     LogDirOption,
@@ -86,6 +87,7 @@ def numerics(
     start_timeout: StartTimeoutOption = 900.0,
     allow_unpatched: AllowUnpatchedOption = False,
     instructions: InstructionsOption = None,
+    fast_moe: FastMoeOption = False,
     log_dir: LogDirOption = None,
     python: PythonOption = None,
     venv: VenvOption = None,
@@ -129,8 +131,8 @@ def numerics(
 
         try:
             served = _served(
-                model, extra, compare, variant, gpu, port, start_timeout, allow_unpatched, instructions, log_dir,
-                python, venv, vllm, vocab, parallel, max_tokens,
+                model, extra, compare, variant, gpu, port, start_timeout, allow_unpatched, instructions, fast_moe,
+                log_dir, python, venv, vllm, vocab, parallel, max_tokens,
             )  # fmt: skip
         except BenchFailed as exc:  # the cause in one line, then the server's last lines
             render.bench_failed(exc, as_json=json)
@@ -146,7 +148,7 @@ def numerics(
 
 def _served(
     model: str, extra: list[str] | None, compare: str | None, variant: list[str] | None, gpu: str | None, port: int,
-    start_timeout: float, allow_unpatched: bool, instructions: str | None, log_dir: Path | None,
+    start_timeout: float, allow_unpatched: bool, instructions: str | None, fast_moe: bool, log_dir: Path | None,
     python: str | None, venv: str | None, vllm: str | None, vocab: Path | None, parallel: int, max_tokens: int,
 ) -> ServedReport:  # fmt: skip
     from gptoss_patch import bench as engine, render
@@ -163,7 +165,7 @@ def _served(
     options = deferred_options(
         model, gpu=gpu, concurrency=None, host=launch.LOOPBACK, port=port, extra_args=user_args + shared,
         allow_unpatched=allow_unpatched, allow_unauthenticated=False, expect_reasoning=True, vocab=vocab,
-        instructions=instructions,
+        instructions=instructions, fast_moe=fast_moe,
     )  # fmt: skip
     plan = resolve_plan(python, venv, vllm, options)
     preflight.require_launchable(plan)

@@ -13,6 +13,7 @@ from gptoss_patch.commands._launch import (
     ConcurrencyOption,
     ExpectReasoningOption,
     ExtraArgs,
+    FastMoeOption,
     GpuOption,
     HostOption,
     InstructionsOption,
@@ -30,14 +31,6 @@ if TYPE_CHECKING:  # imported when `serve` runs: every other command starts with
 PrintScriptOption = Annotated[bool, clikit.Option("--print-script", help="Write the equivalent bash script to stdout instead.")]
 DryRunOption = Annotated[bool, clikit.Option("--dry-run", help="Print the resolved environment and command; start nothing.")]
 SmokeOption = Annotated[bool, clikit.Option("--smoke", help="Once ready, run the smoke canary; stop vLLM if it fails.")]
-DeterministicOption = Annotated[
-    bool,
-    clikit.Option(
-        "--deterministic",
-        help="Reproducible outputs run to run: the sm90 profile's Marlin MoE kernel (faster, but its prompt pass depends "
-        "on the batch) is replaced by vLLM's Triton MXFP4 kernel. Refused where Marlin is the only MXFP4 kernel (SM12x).",
-    ),
-]
 LogFileOption = Annotated[
     Path | None,
     clikit.Option("--log-file", metavar="PATH", help="Also write vLLM's log here (default: a new file in logs/ of `gptoss-patch cache dir`).",
@@ -61,10 +54,10 @@ def serve(
     allow_unauthenticated: AllowUnauthenticatedOption = False,
     expect_reasoning: ExpectReasoningOption = False,
     instructions: InstructionsOption = None,
+    fast_moe: FastMoeOption = False,
     print_script: PrintScriptOption = False,
     dry_run: DryRunOption = False,
     run_smoke: SmokeOption = False,
-    deterministic: DeterministicOption = False,
     log_file: LogFileOption = None,
     python: PythonOption = None,
     venv: VenvOption = None,
@@ -80,7 +73,7 @@ def serve(
     options = deferred_options(
         model, gpu=gpu, concurrency=concurrency, host=host, port=port, extra_args=tuple(extra or ()),
         allow_unpatched=allow_unpatched, allow_unauthenticated=allow_unauthenticated, expect_reasoning=expect_reasoning, vocab=vocab,
-        instructions=instructions,
+        instructions=instructions, fast_moe=fast_moe,
     )  # fmt: skip
     plan = resolve_plan(python, venv, vllm, options)
     from gptoss_patch import render
@@ -89,6 +82,8 @@ def serve(
     preflight.require_launchable(plan, port=not print_script)
     preflight.require_parallel(plan)
     _preflight(plan)
+    if not print_script:  # the script carries them as comments
+        render.notes(plan.notes)  # what the profile left out and why (sm90: the MoE kernel, --fast-moe's trade)
     if print_script or dry_run:
         render.passthrough(script.render_script(plan) if print_script else script.render_dry_run(plan))
         return
@@ -96,12 +91,12 @@ def serve(
     _finish(runner.run(plan, log_file=log_file, health_url=planning.health_url(plan), hooks=_hooks(plan, run_smoke)))
 
 
-def _preflight(plan: LaunchPlan, *, deterministic: bool = False) -> None:
+def _preflight(plan: LaunchPlan) -> None:
     from gptoss_patch.errors import CheckFailed
     from gptoss_patch.launcher import preflight, reproducibility
     from gptoss_patch.launcher.results import Status, worst
 
-    checks = (*preflight.run_checks(plan), *reproducibility.checks(plan, deterministic=deterministic))
+    checks = (*preflight.run_checks(plan), *reproducibility.checks(plan))
     show_checks(checks, everything=False)
     failed = [c.name for c in checks if c.status is Status.FAIL]
     if worst(checks) is Status.FAIL:

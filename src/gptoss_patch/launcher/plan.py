@@ -50,6 +50,7 @@ class LaunchOptions:
     expect_reasoning: bool = False
     vocab: Path | None = None  # --vocab
     instructions: str | None = None  # --instructions developer|system; None: not given (developer, upstream's default)
+    fast_moe: bool = False  # --fast-moe: Marlin's MXFP4 MoE kernel on sm90 (profiles.fast_moe_choice)
 
     @property
     def placement(self) -> str:
@@ -75,7 +76,7 @@ def resolve(inst: Installation, options: LaunchOptions, environ: Mapping[str, st
     vocabulary = vocabulary or vocabulary_choice(environ, options.vocab, str(inst.python))
     caps = static.read_capabilities(inst.package_root, inst.version)
     report = _patch_status(inst)
-    profile = profiles.profile_settings(options.gpu.profile, caps)
+    profile = profiles.profile_settings(options.gpu.profile, caps, fast_moe=options.fast_moe)
     moe_settings, moe_notes = _fit_moe_backend(profile.settings, options.model)
     context = parallel_context(options, environ)
     parallel_settings, parallel_notes = _parallel_settings(context, options, caps)

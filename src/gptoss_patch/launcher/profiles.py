@@ -26,6 +26,20 @@ MAX_CAPTURE_SIZE = 1024
 MARLIN_FAMILY = "MARLIN"
 GB10_MEMORY_UTILIZATION = "0.85"
 
+# What Marlin's MXFP4 MoE kernel trades against the Triton one vLLM picks on Hopper: the one place for the
+# figures (issue #24; vLLM 0.20.2). Speed: `bench`, generation at one stream. Error: `numerics --level kernels`
+# on an H200, gpt-oss-20b layer shape, random MXFP4 experts, relative error against float64 at 1, 8, 64 and 512
+# tokens: Marlin 4.98e-3 to 5.90e-3, Triton 3.23e-3 to 4.50e-3; Marlin's reruns of one 512-token batch differ
+# (max 6.25e-2) and a token's output depends on its batch (1.56e-2 at 512 tokens), Triton's are bitwise equal
+# and batch-invariant at every size.
+MARLIN_SPEED = "1.29× generation at one stream on the 20b shape on an H100, 1.86× on 120b at TP=1 on an H200"
+MARLIN_ERROR = "1.5× the kernel error against float64 of vLLM's Triton kernel"
+MARLIN_UNREPRODUCIBLE = "its prompt pass is not reproducible run to run"
+SM90_MOE_NOTE = (
+    "MXFP4 MoE kernel left to vLLM (Triton on Hopper), the more accurate one, batch-invariant in the MoE. "
+    f"--fast-moe pins Marlin: faster ({MARLIN_SPEED}), but {MARLIN_ERROR}, and {MARLIN_UNREPRODUCIBLE}"
+)
+
 
 @dataclass(frozen=True)
 class GpuChoice:
@@ -128,7 +142,8 @@ def capture_sizes_setting(concurrency: tuple[int, ...], caps: Capabilities, max_
 # -- the profiles --------------------------------------------------------------------------------
 
 
-def profile_settings(profile: str, caps: Capabilities) -> ProfileResult:
+def profile_settings(profile: str, caps: Capabilities, *, fast_moe: bool = False) -> ProfileResult:
+    """The profile's settings and notes; `fast_moe`: --fast-moe, Marlin's MoE kernel on sm90 (fast_moe_choice)."""
     settings: list[Setting] = []
     notes: list[str] = []
     pin: Setting | None = None
@@ -139,7 +154,27 @@ def profile_settings(profile: str, caps: Capabilities) -> ProfileResult:
             pin = outcome if rule is pin_marlin else pin
         elif outcome:
             notes.append(outcome)
+    choice = fast_moe_choice(profile, caps, fast_moe)
+    if isinstance(choice, Setting):
+        settings.insert(0, choice)
+    elif choice:
+        notes.append(choice)
     return ProfileResult(tuple(settings), tuple(notes), pin)
+
+
+def fast_moe_choice(profile: str, caps: Capabilities, fast_moe: bool) -> Setting | str | None:
+    """--fast-moe: the Marlin pin on sm90 (opt-in: it costs accuracy and reproducibility, SM90_MOE_NOTE), a note
+    elsewhere that it changes nothing; without it, sm90's note on what is left out and why."""
+    if profile == "sm90":
+        return hopper_marlin(caps) if fast_moe else SM90_MOE_NOTE
+    if not fast_moe:
+        return None
+    if profile in SM12X:
+        return (
+            f"--fast-moe changes nothing on {profile}: Marlin is already pinned, the only MXFP4 MoE kernel stock vLLM "
+            "has on SM12x"
+        )
+    return f"--fast-moe changes nothing on {profile}: it pins Marlin on sm90 (Hopper) only"
 
 
 def pin_marlin(caps: Capabilities) -> Setting | str:
@@ -169,12 +204,13 @@ def marlin_pin_spelling(caps: Capabilities) -> tuple[str, str, str] | None:
 
 
 def hopper_marlin(caps: Capabilities) -> Setting | str:
-    """SM90: Marlin's MXFP4 MoE kernel, measured faster than the Triton kernel vLLM picks on Hopper."""
+    """SM90 with --fast-moe: Marlin's MXFP4 MoE kernel, faster than the Triton kernel vLLM picks on Hopper but
+    less accurate and not reproducible run to run (MARLIN_SPEED, MARLIN_ERROR); never the default."""
     if not (caps.moe.honours_moe_backend and "marlin" in caps.moe.choices and caps.has_flag("--moe-backend")):
-        return f"MXFP4 MoE backend left to vLLM: {caps.version}'s MXFP4 selector does not take --moe-backend marlin"
+        return f"--fast-moe: MXFP4 MoE backend left to vLLM: {caps.version}'s MXFP4 selector does not take --moe-backend marlin"
     why = (
-        "SM90: Marlin's MXFP4 MoE kernel instead of the Triton one vLLM picks on Hopper: +27 % generation at 1 stream, "
-        "+17 % at 10, +48 % at 64 on an H100 with vLLM 0.20.2 (docs/performance.md); pass --moe-backend after -- to choose"
+        f"--fast-moe: Marlin's MXFP4 MoE kernel instead of the Triton one vLLM picks on Hopper: {MARLIN_SPEED} "
+        f"(vLLM 0.20.2, docs/performance.md); it costs {MARLIN_ERROR}, and {MARLIN_UNREPRODUCIBLE}"
     )
     return Setting.flag("--moe-backend", "marlin", why=why)
 
@@ -210,7 +246,8 @@ def unified_memory_cap(caps: Capabilities) -> Setting | str:
 
 _RULES: dict[str, tuple[Callable[[Capabilities], Setting | str | None], ...]] = {
     # Attention: auto-selection is right on Hopper (FA3 with sinks); forcing FLASHINFER breaks it (G21).
-    "sm90": (hopper_marlin,),
+    # The MoE kernel: vLLM's (Triton) unless --fast-moe (fast_moe_choice).
+    "sm90": (),
     "sm100": (kv_cache_fp8, flashinfer_mxfp4_mxfp8),
     "sm120": (pin_marlin, kv_cache_fp8),
     "sm121": (pin_marlin, kv_cache_fp8, unified_memory_cap),

@@ -1,7 +1,7 @@
-"""Run-to-run reproducibility of the MoE kernel a plan selects: the `reproducibility` row of serve and doctor, and
-`--deterministic`, which gives the sm90 profile's Marlin pin back for vLLM's Triton MXFP4 kernel.
+"""The `reproducibility` row of serve and doctor: what a plan gives up when gpt-oss's MXFP4 experts run on Marlin
+(--fast-moe on sm90, the SM12x profiles' pin, or the user's own --moe-backend marlin), and how to get it back.
 
-Why (docs/performance.md#numerics-does-the-faster-profile-serve-the-same-model; vLLM 0.20.2's source): Marlin's MoE GEMM cuts the K dimension of its tiles
+Why Marlin varies (vLLM 0.20.2's source): Marlin's MoE GEMM cuts the K dimension of its tiles
 into stripes across thread blocks, and the stripes are sized from the number of token blocks in the whole batch
 (`parallel` = padded tokens / moe_block_size; `iters` = k_tiles * n_tiles * parallel / grid size, with the grid
 and moe_block_size themselves chosen from the batch's token count). The fp32 partial sums of a token are
@@ -10,27 +10,40 @@ bitwise the same result (the cross-block reduction is serialized; the MoE path p
 VLLM_MARLIN_USE_ATOMIC_ADD plays no part), but a server batches each prompt with whatever else is scheduled in
 that step, so the prompt pass varies from run to run; decode at one stream, always a batch of one, does not.
 vLLM itself marks MarlinExperts as not batch-invariant (VLLM_BATCH_INVARIANT=1 refuses it, and gpt-oss's MXFP4
-Triton experts too), so there is no setting that makes Marlin reproducible; the Triton MXFP4 kernel was
-bitwise reproducible on the H100 (vanilla against itself, 344 positions).
+Triton experts too), so there is no setting that makes Marlin reproducible.
+
+What was measured (issue #24; the kernel figures and the speed are profiles.MARLIN_*, the one place for them):
+Marlin's MoE output is further from float64 than that of vLLM's Triton kernel, and its reruns of one 512-token
+batch on an H200 were not even bitwise equal; Triton's were, at every batch size, and batch-invariant. So the
+sm90 profile leaves the experts to vLLM (Triton on Hopper) and pins Marlin only with --fast-moe; on SM12x Marlin
+is the only MXFP4 MoE kernel stock vLLM has, and one request at a time (--max-num-seqs 1, every prompt pass a
+batch of one) is the way to reproducible outputs there. Triton is batch-invariant in the MoE, not end to end:
+the dense cuBLAS GEMMs and attention still change with the batch (the kernel check's o-projection: batch delta
+3.9e-3 at 64 and 512 tokens), so stock vLLM is not bitwise reproducible under concurrent load either. With 8
+prompts in flight at once on the H200, vanilla (Triton) against itself agreed on 91.8 % of top-1 tokens (median
+|delta logprob| 0, 3 of 8 greedy continuations identical); the profile with Marlin against itself on 22.7 %
+(median 0.32, 0 of 8). Full bitwise reproducibility under load is not something stock vLLM offers gpt-oss.
 """
 
 from __future__ import annotations
 
-import dataclasses
-
-from gptoss_patch.errors import UsageError
+from gptoss_patch.launcher import profiles
 from gptoss_patch.launcher.results import Check, LaunchPlan, Setting, Status
 
 NAME = "reproducibility"
 WHY_NOT = (
     "Marlin's MoE kernel sums a token's partial products in an order set by the rest of its batch, so the prompt "
-    "pass varies from run to run under concurrent load (decode at one stream does not)"
+    "pass varies from run to run under concurrent load; decode at one stream does not"
 )
-GET_IT_BACK = "gptoss-patch serve --deterministic (vLLM's Triton MXFP4 kernel), or -- --moe-backend triton"
+GIVEN_UP = f"gives up accuracy ({profiles.MARLIN_ERROR}) and run-to-run reproducibility of the prompt pass: {WHY_NOT}"
+ONE_AT_A_TIME = (
+    "-- --max-num-seqs 1 (one request at a time, every prompt pass a batch of one): Marlin is the only MXFP4 MoE "
+    "kernel stock vLLM has on SM12x"
+)
 
 
 def marlin_setting(plan: LaunchPlan) -> Setting | None:
-    """The profile's setting that puts the experts on Marlin (flag or environment variable), if it is kept."""
+    """The plan's setting that puts the experts on Marlin (flag or environment variable), if it is kept."""
     for setting in plan.settings:
         if setting.kind == "flag" and setting.name == "--moe-backend" and setting.values == ("marlin",):
             return setting
@@ -53,38 +66,29 @@ def uses_marlin(plan: LaunchPlan) -> bool:
     return marlin_setting(plan) is not None or plan.env.get("VLLM_MXFP4_USE_MARLIN", "").lower() in ("1", "true")
 
 
-def checks(plan: LaunchPlan, *, deterministic: bool = False) -> tuple[Check, ...]:
-    """One row where it matters: Marlin chosen (a warning that says what is given up and how to get it back), or
-    --deterministic asked for (a pass that says what it did)."""
-    if uses_marlin(plan):
-        source = "your --moe-backend marlin" if user_backend(plan) == "marlin" else f"the {plan.profile} profile's Marlin MoE kernel"
-        return (Check(NAME, Status.WARN, f"{source} gives up run-to-run reproducibility of the prompt pass: {WHY_NOT}", fix=GET_IT_BACK),)
-    if deterministic:
-        return (
-            Check(NAME, Status.PASS, "--deterministic: the experts run on vLLM's Triton MXFP4 kernel (no Marlin), bitwise reproducible on an H100"),
-        )
-    return ()
+def checks(plan: LaunchPlan) -> tuple[Check, ...]:
+    """One row where the experts run on Marlin: a warning that names both properties given up and the fix.
+    No row otherwise: the experts then run on the kernel vLLM chose, and stock vLLM gives up nothing more."""
+    if not uses_marlin(plan):
+        return ()
+    return (Check(NAME, Status.WARN, f"{_source(plan)} {GIVEN_UP}", fix=_fix(plan)),)
 
 
-def make_deterministic(plan: LaunchPlan) -> LaunchPlan:
-    """--deterministic: the profile's Marlin pin replaced by `--moe-backend triton` where the pin is the sm90
-    speed choice; refused where Marlin is the only MXFP4 kernel stock vLLM has (SM12x), or the user named it."""
+def _source(plan: LaunchPlan) -> str:
     if user_backend(plan) == "marlin":
-        raise UsageError("--deterministic contradicts --moe-backend marlin after --", hint=GET_IT_BACK)
-    pin = marlin_setting(plan)
-    if pin is None:
-        return plan
-    if plan.profile != "sm90":
-        raise UsageError(
-            f"--deterministic: on {plan.profile} stock vLLM has no MXFP4 MoE kernel but Marlin, which is not "
-            "batch-invariant; serve one request at a time (-- --max-num-seqs 1) for reproducible outputs"
-        )
-    caps = plan.capabilities
-    choices = getattr(getattr(caps, "moe", None), "choices", ()) or ()
-    note = f"{' '.join(pin.argv)} left out: --deterministic ({WHY_NOT})"
-    settings = [s for s in plan.settings if s is not pin]
-    if "triton" in choices:
-        settings.append(
-            Setting.flag("--moe-backend", "triton", why="--deterministic: vLLM's Triton MXFP4 kernel, reproducible run to run")
-        )
-    return dataclasses.replace(plan, settings=tuple(settings), notes=(*plan.notes, note), expected_moe=None)
+        return "your --moe-backend marlin"
+    if plan.profile in profiles.SM12X and marlin_setting(plan) is not None:
+        return f"the {plan.profile} profile's Marlin MoE kernel"
+    if marlin_setting(plan) is not None:
+        return "--fast-moe (Marlin's MoE kernel)"
+    return f"your VLLM_MXFP4_USE_MARLIN={plan.env.get('VLLM_MXFP4_USE_MARLIN')}"
+
+
+def _fix(plan: LaunchPlan) -> str:
+    if plan.profile in profiles.SM12X:
+        return ONE_AT_A_TIME
+    if user_backend(plan) == "marlin":
+        return "-- --moe-backend triton (vLLM's Triton MXFP4 kernel) instead of marlin"
+    if marlin_setting(plan) is not None:
+        return "drop --fast-moe (vLLM's Triton MXFP4 kernel on Hopper), or -- --moe-backend triton"
+    return "unset VLLM_MXFP4_USE_MARLIN, or -- --moe-backend triton"

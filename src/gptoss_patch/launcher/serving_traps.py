@@ -274,7 +274,7 @@ def check_flashinfer_moe_build(plan: LaunchPlan) -> list[Check]:
         f"start ({SM90_MOE_BUILD}): the server is not ready for about an hour"
     )
     build = "from flashinfer.fused_moe.core import get_cutlass_fused_moe_module as build; build('90')"
-    fix = f"compile it once before serving: {plan.installation.python} -c \"{build}\"; or drop {asked} (the sm90 profile pins marlin)"
+    fix = f"compile it once before serving: {plan.installation.python} -c \"{build}\"; or drop {asked} (vLLM then picks its Triton kernel on Hopper)"
     return [Check("moe-build", Status.WARN, message, fix=fix, issue="G32")]
 
 

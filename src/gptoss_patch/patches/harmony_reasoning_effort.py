@@ -11,8 +11,9 @@ router maps `minimal` to `low` for harmony models (sglang#12711).
 The patch rewrites the effort at the top of `get_system_message` through a map, the same shape as
 0.33.0's flag: `GPTOSS_PATCH_REASONING_EFFORT_MAP` (a JSON object) when set, else `minimal` → `low`,
 `xhigh` → `high`, `max` → `high`. Efforts the map does not name pass through, so `low`/`medium`/`high`
-render exactly as on stock, and the rest fail as on stock; `none` is not mapped by default (Chat
-Completions rejects it before harmony in every release; gpt-oss has no "do not reason" setting).
+render exactly as on stock, and the rest fail as on stock; `none` is not mapped by default (gpt-oss has no
+"do not reason" setting); Chat Completions rejects it before harmony unless `harmony_reasoning_effort_none`
+lets this map take it, which calls the helper below.
 """
 
 from typing import TYPE_CHECKING

@@ -1,7 +1,9 @@
-"""Build gpt-oss Chat Completions prompts through the installed `_make_request_with_harmony`, no engine.
+"""Build gpt-oss Chat Completions and Responses prompts through the installed `_make_request_with_harmony`, no engine.
 
-The method reads only `supports_browsing` and `supports_code_interpreter` from `self` (0.15.1-0.23.0),
+The chat method reads only `supports_browsing` and `supports_code_interpreter` from `self` (0.15.1-0.23.0),
 so an instance made with `object.__new__` plus those two attributes is enough (docs/development.md, "The CPU harness").
+The Responses one (OpenAIServingResponses, 0.15.1-0.29.x) reads `tool_server` (None: no built-in tools)
+and, for a continuation only, `msg_store`; ResponsesBuilder renders new conversations.
 """
 
 import importlib
@@ -15,6 +17,8 @@ LOCATIONS = (
     ("entrypoints/serve/render/serving.py", "vllm.entrypoints.serve.render.serving", "OpenAIServingRender"),
     ("entrypoints/openai/chat_completion/serving.py", "vllm.entrypoints.openai.chat_completion.serving", "OpenAIServingChat"),
 )
+# The Responses harmony builder (0.15.1-0.29.x; 0.30.0 renders through renderers/online_renderer.py).
+RESPONSES_LOCATION = ("entrypoints/openai/responses/serving.py", "vllm.entrypoints.openai.responses.serving", "OpenAIServingResponses")
 SECTION = re.compile(r"<\|start\|>(.*?)<\|message\|>(.*?)<\|end\|>", re.S)
 
 
@@ -65,6 +69,38 @@ class Builder:
 
     def decode(self, ids):
         return self._hu.get_encoding().decode_utf8(ids)
+
+
+class ResponsesBuilder(Builder):
+    """The same interface for `/v1/responses` requests (fields of ResponsesRequest)."""
+
+    def __init__(self):
+        module_name, class_name = locate_responses()
+        module = importlib.import_module(module_name)
+        self.where = f"{module_name}.{class_name}.{METHOD}"
+        self.request_class = module.ResponsesRequest  # the serving module imports it by name
+        self.server = object.__new__(getattr(module, class_name))
+        self.server.tool_server = None
+        self.server.msg_store = {}
+        self._hu = importlib.import_module("vllm.entrypoints.openai.parser.harmony_utils")
+
+    def build(self, request):
+        _, prompts = self.server._make_request_with_harmony(request, None)
+        prompt = prompts[0]
+        ids = prompt["prompt_token_ids"] if isinstance(prompt, dict) else prompt.prompt_token_ids
+        return list(ids)
+
+
+def locate_responses():
+    """(module, class) of the installed Responses harmony builder, found by reading files."""
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("No module named 'vllm'", name="vllm")
+    relpath, module, cls = RESPONSES_LOCATION
+    path = os.path.join(list(spec.submodule_search_locations)[0], relpath)
+    if os.path.isfile(path) and f"def {METHOD}(" in _read(path):
+        return module, cls
+    raise NoBuilder(f"no {METHOD} in {relpath}")
 
 
 def sections(text):

@@ -1,6 +1,7 @@
 """Build the gpt-oss prompts of a table of chat requests through the installed builder (for tests and benchmarks).
 
-stdin: {"cases": {name: ChatCompletionRequest fields}, "settings": ["unset", "1"], "repeat": 0}
+stdin: {"cases": {name: ChatCompletionRequest fields}, "settings": ["unset", "1"], "repeat": 0, "api": "chat"}
+("api": "responses" renders ResponsesRequest fields through the Responses builder instead.)
 stdout, behind MARKER: {"vllm", "where", "results": {setting: {name: {"ids", "text"} or {"error"}}},
 "seconds": {setting: {name: median seconds per request}}} (seconds only when repeat > 0).
 Each setting is a value of VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS ("unset" removes it).
@@ -11,7 +12,7 @@ import statistics
 import sys
 import time
 
-from _builder import Builder
+from _builder import Builder, ResponsesBuilder
 from _common import EnvVar, emit, exception_line, vllm_version
 
 FLAG = "VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS"
@@ -19,7 +20,7 @@ FLAG = "VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS"
 
 def main():
     table = json.load(sys.stdin)
-    builder = Builder()
+    builder = ResponsesBuilder() if table.get("api") == "responses" else Builder()
     results, seconds = {}, {}
     for setting in table.get("settings", ["unset", "1"]):
         with EnvVar(FLAG, None if setting == "unset" else setting):

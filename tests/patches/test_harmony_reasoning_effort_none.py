@@ -1,0 +1,241 @@
+"""harmony_reasoning_effort_none: Chat Completions rejects `none` only when the effort map leaves it `none`.
+
+Snippets are hand-written in the shape of `_make_request_with_harmony` (OpenAIServingRender in
+entrypoints/serve/render/serving.py, 0.18.0-0.24.0; OnlineRenderer in renderers/online_renderer.py,
+0.25.0-0.32.0): the `none` check and the system message built after it. The behaviour is checked on the
+CPU harness venvs of 0.18.0 and 0.22.1, through the real builder.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import textwrap
+from functools import partial
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from gptoss_patch.patches.harmony_reasoning_effort_none import (
+    HELPER,
+    HELPER_SOURCE,
+    MARK,
+    RENDER_TARGET,
+    RENDERER_TARGET,
+    SPEC,
+    fixed_upstream,
+    is_applied,
+)
+from gptoss_patch.versions import KNOWN_RELEASES
+from tests.patches.helpers import status_on_fake_site, with_helper
+from tests.support import harness, tools
+
+check = partial(tools.check_transformed, spec=SPEC)
+check_drift = partial(tools.check_drift, spec=SPEC)
+
+CHECK = '        if (reasoning_effort := request.reasoning_effort) == "none":\n'
+BUILDER = f"""\
+class OnlineRenderer:
+    def _make_request_with_harmony(self, request, should_include_tools=True):
+        messages = []
+{CHECK}            raise ValueError(f"Harmony does not support {{reasoning_effort=}}")
+        messages.append(get_system_message(reasoning_effort=reasoning_effort))
+        return messages
+
+    def render_chat(self, request):
+        if request.reasoning_effort == "none":
+            return None
+        return self._make_request_with_harmony(request)
+"""
+PATCHED = with_helper(
+    BUILDER.replace(CHECK, f'        if {HELPER}(reasoning_effort := request.reasoning_effort) == "none":  {MARK}\n'),
+    HELPER_SOURCE,
+)
+
+
+def test_rewrites_only_the_none_check():
+    check(BUILDER, PATCHED)
+
+
+def test_noop_when_already_patched():
+    assert is_applied(PATCHED, None)
+    assert "not found" in check_drift(PATCHED)
+
+
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        pytest.param(BUILDER.replace(CHECK, '        if request.reasoning_effort == "none":\n'), "not found", id="check-changed"),
+        pytest.param(BUILDER.replace("_make_request_with_harmony(self", "_build(self"), "not found", id="method-renamed"),
+        pytest.param(BUILDER.replace("        messages = []\n", "        messages = []\n" + CHECK + "            pass\n"),
+                     "found 2 times", id="check-twice"),
+    ],
+)
+def test_drift_when_the_check_is_gone_or_ambiguous(source, message):
+    assert message in check_drift(source)
+
+
+def test_is_applied_needs_the_helper_called_from_the_builder():
+    assert not is_applied(BUILDER, None)
+    assert not is_applied(BUILDER + "\n\n" + HELPER_SOURCE.lstrip("\n"), None)
+
+
+def run_helper(harmony_utils_source: str | None, effort: str | None) -> str | None:
+    """The appended helper, run against a stand-in `vllm.entrypoints.openai.parser.harmony_utils`."""
+    import sys
+    import types
+
+    names = ["vllm", "vllm.entrypoints", "vllm.entrypoints.openai", "vllm.entrypoints.openai.parser",
+             "vllm.entrypoints.openai.parser.harmony_utils"]
+    saved = {name: sys.modules.get(name) for name in names}
+    try:
+        for name in names:
+            sys.modules[name] = types.ModuleType(name)
+        for parent, child in zip(names, names[1:]):
+            setattr(sys.modules[parent], child.rsplit(".", 1)[1], sys.modules[child])
+        if harmony_utils_source is not None:
+            exec(harmony_utils_source, sys.modules[names[-1]].__dict__)  # noqa: S102 - our own test snippet
+        namespace: dict = {}
+        exec(HELPER_SOURCE, namespace)  # noqa: S102 - the patch's own helper
+        return namespace[HELPER](effort)
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+
+
+def test_helper_reads_harmony_reasoning_effort_s_map_once():
+    chained = "def _gptoss_patch_reasoning_effort(effort):\n    return {'none': 'low', 'low': 'medium'}.get(effort, effort)\n"
+    assert run_helper(chained, "none") == "low"
+    assert run_helper(chained, "high") == "high"
+
+
+def test_the_map_it_reads_is_the_one_harmony_reasoning_effort_appends_to_harmony_utils():
+    from gptoss_patch.patches import harmony_reasoning_effort
+
+    assert f'getattr(_hu, "{harmony_reasoning_effort.HELPER}", None)' in HELPER_SOURCE
+    assert harmony_reasoning_effort.SPEC.bands[0].target == "entrypoints/openai/parser/harmony_utils.py"
+    assert harmony_reasoning_effort.SPEC.bands[0].versions == ">=0.18.0,<0.33"  # covers both bands of this patch
+
+
+def test_helper_maps_nothing_without_harmony_reasoning_effort():
+    assert run_helper(None, "none") == "none"
+    assert run_helper(None, None) is None
+
+
+def test_fixed_upstream_where_the_renderer_maps_before_the_check(fake_package):
+    fixed = fake_package({RENDERER_TARGET: textwrap.dedent("""\
+        class OnlineRenderer:
+            def _make_request_with_harmony(self, request):
+                reasoning_effort = map_reasoning_effort(request.reasoning_effort, self.reasoning_effort_map)
+                if reasoning_effort == "none":
+                    raise ValueError("none")
+        """)}, "fixed")
+    assert "--reasoning-effort-map" in fixed_upstream(fixed)
+    assert fixed_upstream(fake_package({RENDERER_TARGET: BUILDER}, "stock")) is None
+    assert fixed_upstream(fake_package({}, "none")) is None
+
+
+@pytest.mark.parametrize(
+    "version, target",
+    [
+        pytest.param("0.17.1", None, id="before-chat-accepts-none"),
+        pytest.param("0.18.0rc1", None, id="rc-before-first-release"),
+        pytest.param("0.18.0", RENDER_TARGET, id="first-release"),
+        pytest.param("0.24.0", RENDER_TARGET, id="last-render-serving-release"),
+        pytest.param("0.25.0rc1", None, id="rc-between-bands"),
+        pytest.param("0.25.0", RENDERER_TARGET, id="first-online-renderer-release"),
+        pytest.param("0.32.0", RENDERER_TARGET, id="last-release"),
+        pytest.param("0.33.0rc1", None, id="rc-of-fix-release"),
+        pytest.param("0.33.0", None, id="fixed-upstream"),
+    ],
+)
+def test_version_gate(version, target):
+    band = SPEC.band_for(Version(version))
+    assert (band.target if band else None) == target
+
+
+def test_status_at_fixed_in(tmp_path):
+    fix = textwrap.dedent("""\
+        class OnlineRenderer:
+            def _make_request_with_harmony(self, request):
+                reasoning_effort = map_reasoning_effort(request.reasoning_effort, {})
+                if reasoning_effort == "none":
+                    raise ValueError("none")
+        """)
+    fixed = status_on_fake_site(tmp_path / "fixed", "0.33.0", {RENDERER_TARGET: fix})[SPEC.id]
+    missing = status_on_fake_site(tmp_path / "missing", "0.33.0")[SPEC.id]
+    assert fixed[0] == "fixed-upstream" and "map_reasoning_effort" in fixed[1]
+    assert missing == ("drifted", "vllm 0.33.0 should carry the upstream fix (since 0.33.0) but it was not found")
+
+
+RELEASES = [pytest.param(str(v), id=f"vllm-{v}") for v in KNOWN_RELEASES]
+
+
+@pytest.mark.upstream
+@pytest.mark.parametrize("version", RELEASES)
+def test_verdict_on_the_real_wheel(version, real_states):
+    """out-of-range before 0.18.0 (Chat Completions has no `none`), pending 0.18.0-0.32.0, fixed-upstream at 0.33.0."""
+    state, reason = real_states(version)[SPEC.id]
+    release = Version(version)
+    expected = "out-of-range" if release < Version("0.18.0") else "fixed-upstream" if release >= Version("0.33.0") else "pending"
+    assert state == expected, reason
+
+
+# -- behaviour on the CPU harness, through the real builder ----------------------------------------------
+
+RENDER = """\
+import json, os, re, sys
+sys.path.insert(0, sys.argv[1])
+from _builder import Builder
+builder = Builder()
+out = {}
+for label, effort_map in json.loads(sys.argv[2]).items():
+    if effort_map is None:
+        os.environ.pop("GPTOSS_PATCH_REASONING_EFFORT_MAP", None)
+    else:
+        os.environ["GPTOSS_PATCH_REASONING_EFFORT_MAP"] = effort_map
+    for effort in ("none", "low"):
+        try:
+            text = builder.decode(builder.build(builder.request({"messages": [{"role": "user", "content": "hi"}],
+                                                                  "reasoning_effort": effort})))
+            found = re.search(r"^Reasoning: (\\w+)$", text, re.MULTILINE)
+            out[f"{label}/{effort}"] = "Reasoning: " + (found.group(1) if found else "?")
+        except Exception as exc:
+            out[f"{label}/{effort}"] = f"{type(exc).__name__}: {exc}"
+print("RESULT " + json.dumps(out))
+"""
+MAPS = {"unset": None, "none-low": '{"none": "low"}', "chained": '{"none": "low", "low": "medium"}', "empty": "{}"}
+REJECTED = "ValueError: Harmony does not support reasoning_effort='none'"
+
+
+def render(python: Path, tmp_path: Path) -> dict[str, str]:
+    probes = Path(__import__("gptoss_patch.verify.probes", fromlist=["_"]).__file__).parent
+    script = tmp_path / "render.py"
+    script.write_text(RENDER)
+    env = {"TIKTOKEN_ENCODINGS_BASE": str(harness.vocab_dir(python)), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([str(python), str(script), str(probes), json.dumps(MAPS)], capture_output=True, text=True,
+                          env=env, timeout=600, check=False)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert line, (proc.stdout + proc.stderr)[-2000:]
+    return json.loads(line.removeprefix("RESULT "))
+
+
+@pytest.mark.harness
+@pytest.mark.parametrize("version", ["0.18.0", "0.22.1"])
+def test_none_is_mapped_once_when_the_map_names_it_and_rejected_as_stock_otherwise(version: str, tmp_path: Path):
+    stock = harness.clone_venv(harness.cpu_venv(version), tmp_path / "stock")
+    patched = harness.clone_venv(harness.cpu_venv(version), tmp_path / "patched")
+    harness.apply_patches(patched, ("harmony_instructions", "harmony_reasoning_effort", SPEC.id))
+    before, after = render(stock, tmp_path), render(patched, tmp_path)
+
+    assert {k: v for k, v in before.items() if k.endswith("/none")} == {f"{label}/none": REJECTED for label in MAPS}
+    assert after["none-low/none"] == "Reasoning: low"  # 0.33.0 with --reasoning-effort-map '{"none": "low"}'
+    assert after["chained/none"] == "Reasoning: low"  # one step, never none -> low -> medium
+    assert after["chained/low"] == "Reasoning: medium"  # the map itself still applies in get_system_message
+    assert after["unset/none"] == after["empty/none"] == REJECTED  # no map entry: stock's 400
+    assert [after[f"{label}/low"] for label in ("unset", "none-low", "empty")] == ["Reasoning: low"] * 3
+    assert [before[f"{label}/low"] for label in MAPS] == ["Reasoning: low"] * 4

@@ -1,0 +1,183 @@
+"""harmony_responses_input: the Responses converters render system/developer items as harmony instructions.
+
+Snippets are hand-written in the shape of `parse_response_input` (harmony_utils, 0.15.1-0.16.x),
+`response_input_to_harmony` and `_parse_chat_format_message` (responses/harmony.py, 0.17.0-0.22.x):
+the statements the codemod anchors on and enough around them to place them.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+from packaging.version import Version
+
+from gptoss_patch.patches.harmony_responses_input import (
+    HARMONY_UTILS,
+    HELPER,
+    HELPER_SOURCE,
+    RESPONSES_HARMONY,
+    SPEC,
+    fixed_upstream,
+    is_applied,
+)
+from gptoss_patch.versions import KNOWN_RELEASES
+from tests.patches.helpers import status_on_fake_site, wheel_source, with_helper
+from tests.support import fakesite, tools
+
+check = partial(tools.check_transformed, spec=SPEC)
+check_drift = partial(tools.check_drift, spec=SPEC)
+
+ITEM = """\
+def {name}(response_msg, prev_responses):
+    if not isinstance(response_msg, dict):
+        response_msg = response_msg.model_dump()
+    if "type" not in response_msg or response_msg["type"] == "message":
+        role = response_msg["role"]
+        content = response_msg["content"]
+        text_prefix = "Instructions:\\n" if role == "developer" else ""
+        msg = Message.from_role_and_content(role, text_prefix + content)
+    elif response_msg["type"] == "function_call":
+        content = response_msg["content"]
+        msg = call(response_msg)
+    else:
+        raise ValueError(response_msg["type"])
+    return msg
+"""
+ITEM_RETURN = (
+    '        content = response_msg["content"]\n'
+    "        # gptoss-patch harmony_responses_input: system/developer items become harmony instructions (vllm#44330).\n"
+    '        if role in ("system", "developer"):\n'
+    f"            return {HELPER}(role, content)\n"
+)
+CHAT_FORMAT = """\
+def _parse_chat_format_message(chat_msg):
+    role = chat_msg.get("role")
+    if role == "tool":
+        return [tool_output(chat_msg)]
+
+    # Default: user/assistant/system messages
+    return [Message.from_role_and_content(role, chat_msg.get("content", ""))]
+"""
+CHAT_FORMAT_RETURN = (
+    "        return [tool_output(chat_msg)]\n"
+    "    # gptoss-patch harmony_responses_input: system/developer messages become harmony instructions (vllm#44330).\n"
+    '    if role in ("system", "developer"):\n'
+    f'        instructions = {HELPER}(role, chat_msg.get("content"))\n'
+    "        return [instructions] if instructions is not None else []\n"
+)
+
+HARMONY_UTILS_016 = ITEM.format(name="parse_response_input")  # 0.15.1-0.16.x
+RESPONSES_017 = CHAT_FORMAT + "\n\n" + ITEM.format(name="response_input_to_harmony")  # 0.17.0-0.22.x
+
+
+def patched_item(source: str) -> str:
+    # The message branch's read is rewritten; the function_call branch's same-looking read is not.
+    return source.replace('        content = response_msg["content"]\n', ITEM_RETURN, 1)
+
+
+def test_rewrites_parse_response_input_in_harmony_utils():
+    check(HARMONY_UTILS_016, with_helper(patched_item(HARMONY_UTILS_016), HELPER_SOURCE))
+
+
+def test_rewrites_both_converters_in_responses_harmony():
+    patched = patched_item(RESPONSES_017).replace("        return [tool_output(chat_msg)]\n", CHAT_FORMAT_RETURN)
+    check(RESPONSES_017, with_helper(patched, HELPER_SOURCE))
+
+
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        pytest.param(HARMONY_UTILS_016.replace('content = response_msg["content"]', "content = body(response_msg)"),
+                     "not found", id="content-read-changed"),
+        pytest.param(HARMONY_UTILS_016.replace('role = response_msg["role"]', "role = response_msg.get('role')"),
+                     "not found", id="role-read-changed"),
+        pytest.param(HARMONY_UTILS_016.replace('response_msg["type"] == "message"', 'response_msg["type"] in MESSAGES'),
+                     "not found", id="message-branch-changed"),
+        pytest.param(HARMONY_UTILS_016.replace("parse_response_input", "convert_item"), "not found", id="function-renamed"),
+        # responses/harmony.py: both converters must be rewritten; one of two is drift too.
+        pytest.param(RESPONSES_017.replace('if role == "tool":', 'if role in ("tool",):'), "found 1 times",
+                     id="chat-format-tool-branch-changed"),
+        pytest.param(RESPONSES_017.replace("_parse_chat_format_message", "_chat_format"), "found 1 times",
+                     id="chat-format-renamed"),
+        pytest.param(RESPONSES_017.replace("        text_prefix", '        content = response_msg["content"]\n        text_prefix'),
+                     "found 1 times", id="content-read-twice"),
+    ],
+)
+def test_drift_when_an_anchor_is_gone_or_ambiguous(source, message):
+    assert message in check_drift(source)
+
+
+def test_drift_message_names_the_converters():
+    assert check_drift("x = 1\n").startswith("parse_response_input / response_input_to_harmony:")
+
+
+def test_is_applied_needs_every_converter_to_call_the_helper():
+    half = patched_item(RESPONSES_017)  # response_input_to_harmony rewritten, _parse_chat_format_message not
+    assert not is_applied(RESPONSES_017, None)
+    assert not is_applied(with_helper(half, HELPER_SOURCE), None)
+    assert not is_applied(HARMONY_UTILS_016 + "\n\n" + HELPER_SOURCE.lstrip("\n"), None)  # helper never called
+
+
+def test_fixed_upstream_when_response_input_to_harmony_calls_get_system_or_developer_message(fake_package):
+    fixed = fake_package({RESPONSES_HARMONY: (
+        "def response_input_to_harmony(response_msg, prev_responses):\n"
+        "    return get_system_or_developer_message(response_msg['role'], 'x')\n")}, "fixed")
+    defined_only = fake_package({RESPONSES_HARMONY: "def get_system_or_developer_message(role, text):\n    return None\n"}, "def")
+    assert "vllm#44330" in fixed_upstream(fixed)
+    assert fixed_upstream(defined_only) is None
+    assert fixed_upstream(fake_package({RESPONSES_HARMONY: fakesite.RESPONSES_HARMONY}, "stock")) is None
+
+
+@pytest.mark.parametrize(
+    "version, target",
+    [
+        pytest.param("0.15.0", None, id="below-range"),
+        pytest.param("0.15.1", HARMONY_UTILS, id="first-release"),
+        pytest.param("0.16.0", HARMONY_UTILS, id="last-harmony-utils-release"),
+        pytest.param("0.17.0rc1", None, id="rc-between-bands"),
+        pytest.param("0.17.0", RESPONSES_HARMONY, id="first-responses-harmony-release"),
+        pytest.param("0.22.1", RESPONSES_HARMONY, id="last-release"),
+        pytest.param("0.22.2.dev3", RESPONSES_HARMONY, id="dev-inside-band"),
+        pytest.param("0.23.0rc1", None, id="rc-of-fix-release"),
+        pytest.param("0.23.0", None, id="fixed-upstream"),
+    ],
+)
+def test_version_gate(version, target):
+    band = SPEC.band_for(Version(version))
+    assert (band.target if band else None) == target
+
+
+def test_status_from_0_23_0_looks_for_the_upstream_fix_instead_of_patching(tmp_path):
+    fix = fakesite.RESPONSES_HARMONY.replace(
+        '        text_prefix = "Instructions:\\n" if role == "developer" else ""\n',
+        "        return get_system_or_developer_message(role, content)\n",
+    )
+    before = status_on_fake_site(tmp_path / "0.17.1", "0.17.1")[SPEC.id]
+    fixed = status_on_fake_site(tmp_path / "fixed", "0.23.0", {RESPONSES_HARMONY: fix})[SPEC.id]
+    missing = status_on_fake_site(tmp_path / "missing", "0.23.0")[SPEC.id]
+    assert before == ("pending", "unpatched shape found in vllm 0.17.1")
+    assert fixed[0] == "fixed-upstream" and "vllm#44330" in fixed[1]
+    assert missing == ("drifted", "vllm 0.23.0 should carry the upstream fix (since 0.23.0) but it was not found")
+
+
+RELEASES = [pytest.param(str(v), id=f"vllm-{v}") for v in KNOWN_RELEASES]
+
+
+@pytest.mark.upstream
+@pytest.mark.parametrize("version", RELEASES)
+def test_verdict_on_the_real_wheel(version, real_states):
+    """pending wherever the converters render system/developer items raw (0.15.1-0.22.1), fixed-upstream after."""
+    state, reason = real_states(version)[SPEC.id]
+    assert state == ("fixed-upstream" if Version(version) >= Version("0.23.0") else "pending"), reason
+
+
+@pytest.mark.upstream
+@pytest.mark.parametrize("version", RELEASES)
+def test_the_converter_lives_where_the_band_says(version):
+    """parse_response_input in harmony_utils up to 0.16.x; response_input_to_harmony in responses/harmony.py from 0.17.0."""
+    moved = Version(version) >= Version("0.17.0")
+    utils = wheel_source(version, f"vllm/{HARMONY_UTILS}")
+    responses = wheel_source(version, f"vllm/{RESPONSES_HARMONY}")
+    assert ("def parse_response_input(" in utils) is not moved
+    assert (responses is not None and "def response_input_to_harmony(" in responses) is moved

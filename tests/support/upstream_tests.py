@@ -1,0 +1,251 @@
+"""vLLM's own tests of each backported fix, run against the patched releases (issue #23, "upstream parity").
+
+Each `Suite` names a patch with an upstream fix, the fixing release, and the test files of that
+release's source distribution that check the fix. At test time (tests/patches/test_upstream_parity.py):
+
+1. the sdist comes through tests/support/artefacts.py (`artefacts.sdist`: cached with the wheels, file-locked,
+   never committed; missing or corrupt, the test fails in one line that says how to fetch it);
+2. `extract` copies only the named files (and the `__init__.py` of their packages) into a temporary
+   directory, byte for byte, and writes beside them a conftest.py of our own (SHIM, below);
+3. `run` runs pytest on them with the interpreter of a clone of a CPU harness venv (tests/support/harness.py),
+   stock or with gptoss-patch's default set applied, and returns every test's outcome.
+
+The rule (test_upstream_parity.py): every upstream test that passes on the fixing release passes on each
+patched release. What is not run, or not expected to pass yet, is in one place, LISTED below, each row
+with its reason; review it with each new release. Nothing is deselected anywhere else.
+
+The shim only sets things up: offline vocabulary and Hugging Face cache, and, for a name a test file
+imports that an older release lacks, a placeholder that raises when called (so the module imports;
+the tests that need the name are LISTED with `needs`, and not run there). It never edits an upstream
+file or assertion.
+
+pytest and pytest-asyncio are not in the harness recipe (adding them to harness-requirements.txt would
+rebuild every harness venv): `install_pytest` puts the PYTEST_STACK wheels, from the wheel cache,
+into the clone with `pip install --no-deps` (about 3 s).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.version import Version
+
+from gptoss_patch import engine, target
+from gptoss_patch.spec import Selection
+from tests.support import artefacts, harness
+
+RUN_TIMEOUT = 900  # seconds for one upstream pytest run (importing vLLM's API layer alone takes 8-20 s)
+RESULTS_ENV = "GPTOSS_PATCH_UPSTREAM_RESULTS"  # where the shim writes {nodeid: [outcome, last line]}
+PLAN_ENV = "GPTOSS_PATCH_UPSTREAM_PLAN"  # LISTED rows the shim acts on: names it checks, tests it keeps out
+PYTEST_STACK = ("pytest==9.2.0", "pluggy==1.7.0", "iniconfig==2.3.1", "pygments==2.21.0", "pytest-asyncio==1.5.0",
+                *(("backports-asyncio-runner==1.2.0",) if sys.version_info < (3, 11) else ()))
+
+
+@dataclass(frozen=True)
+class Suite:
+    """Upstream's tests of one patch's fix: which release they come from, which files, where they run."""
+
+    patch: str  # the patch id (its dossier names these tests)
+    release: str  # the fixing release: its sdist holds the tests, its stock run gives the pass set
+    files: tuple[str, ...]  # test files, relative to the sdist's root
+    support: tuple[str, ...]  # upstream helper modules the files import (extracted beside them, unchanged)
+    patched: tuple[str, ...]  # releases run with the default set applied (each has a harness venv in the suite)
+    stock_run: str  # the release whose stock harness gives the pass set: the fixing release, or the next one built
+
+
+@dataclass(frozen=True)
+class Listed:
+    """Upstream tests (a node id, or an fnmatch pattern of them) not run, or not required to pass, and why.
+
+    At most one of the conditions applies; `why` is what the dossiers repeat.
+    """
+
+    pattern: str
+    why: str
+    needs: str = ""  # "module:name": not run on a release that lacks it (the shim binds a placeholder there)
+    before: str = ""  # a later, unrelated change: not required on patched releases older than this one
+    pending: str = ""  # fails on patched releases until this lands (a pass there says: drop the row)
+    departs: str = ""  # the patch named here departs from the fixing release on purpose: not required when patched
+    suite: str = "harmony_instructions"  # the SUITES key; a row of a suite that is not in SUITES is never run
+    everywhere: bool = False  # not run at all (network, GPU, a served model)
+
+
+HARMONY_UTILS = "vllm.entrypoints.openai.parser.harmony_utils"
+PARSER_TESTS = "tests/entrypoints/openai/parser/test_harmony_utils.py"
+PARITY_TESTS = "tests/entrypoints/openai/parser/test_harmony_render_parity.py"
+RESPONSES_TESTS = "tests/entrypoints/openai/responses/test_response_input_to_harmony.py"
+RESPONSES_HARMONY = "vllm.entrypoints.openai.responses.harmony"
+LATER_RESPONSES = "Responses input conversion as later releases changed it (reasoning items, tool outputs), unrelated to #44330"
+
+SUITES = {
+    "harmony_instructions": Suite(
+        patch="harmony_instructions",
+        release="0.23.0",
+        files=(PARSER_TESTS, PARITY_TESTS, RESPONSES_TESTS),
+        support=("tests/entrypoints/openai/utils.py",),
+        patched=("0.15.1", "0.17.1", "0.18.0", "0.22.1"),  # both ends of both bands
+        stock_run="0.23.0",
+    ),
+}
+
+# The one list of upstream tests not run, or not required to pass, with why. Review it with each new release.
+LISTED = (
+    Listed(f"{PARSER_TESTS}::TestIsFunctionRecipient*",
+           "bare-name function recipients (is_function_recipient), a later, unrelated feature",
+           needs=f"{HARMONY_UTILS}:is_function_recipient"),
+    Listed(f"{PARSER_TESTS}::TestExtractFunctionFromRecipient::*",
+           "extract_function_from_recipient comes with is_function_recipient, a later, unrelated feature",
+           needs=f"{HARMONY_UTILS}:extract_function_from_recipient"),
+    Listed(f"{PARSER_TESTS}::TestGetSystemMessage::test_unsupported_reasoning_effort_raises_clear_error",
+           "0.23.0 rejects reasoning_effort='max'; the default set's harmony_reasoning_effort maps it to high on "
+           "purpose from 0.18.0 (G11), and before 0.18.0 the clear ValueError itself is later (a KeyError there)",
+           departs="harmony_reasoning_effort"),
+    *(Listed(pattern, "the Responses input conversion of 0.17.0 on (0.15.1-0.16.x convert in harmony_utils, other names)",
+             needs=f"{RESPONSES_HARMONY}:{name}")
+      for name, pattern in (
+        ("response_input_to_harmony", f"{RESPONSES_TESTS}::*"),
+        ("response_input_to_harmony", f"{PARITY_TESTS}::*"),
+        ("response_input_to_harmony", f"{PARSER_TESTS}::TestResponseInputToHarmonyReasoningItem::*"),
+        ("response_previous_input_to_harmony", f"{PARSER_TESTS}::TestCommonParseInputToHarmonyMessage::*[[]response_previous_input_to_harmony]"),
+    )),
+    *(Listed(pattern, f"{LATER_RESPONSES}; passes stock from 0.22.1, the suite's next harness after 0.18.0", before="0.22.1")
+      for pattern in (
+        f"{RESPONSES_TESTS}::TestResponseInputToHarmonyMessage::test_function_call_output_channel_recipient_and_author_name",
+        f"{PARITY_TESTS}::TestResponseInputToHarmonyRenderParity::test_full_multi_turn_tool_call_conversation",
+        f"{PARITY_TESTS}::TestResponseInputToHarmonyRenderParity::test_multi_turn_two_tool_calls_with_reasoning_between",
+        f"{PARITY_TESTS}::TestResponseInputToHarmonyRenderParity::test_tool_output",
+    )),
+    *(Listed(pattern, f"{LATER_RESPONSES}; passes stock from 0.18.0", before="0.18.0") for pattern in (
+        f"{PARSER_TESTS}::TestResponseInputToHarmonyReasoningItem::*",
+        f"{RESPONSES_TESTS}::TestResponseInputToHarmonyMessage::test_reasoning_gets_analysis_channel",
+        f"{RESPONSES_TESTS}::TestResponseInputToHarmonyMessage::test_reasoning_pydantic_model_input",
+        f"{PARITY_TESTS}::TestResponseInputToHarmonyRenderParity::test_reasoning_combined_with_function_call",
+        f"{PARITY_TESTS}::TestResponseInputToHarmonyRenderParity::test_reasoning_item",
+    )),
+    *(Listed(f"{PARSER_TESTS}::TestGetSystemMessage::{name}",
+             "0.15.1-0.16.x leave `commentary` out of tool-less requests; vllm#32114 (0.17.0) made it valid (G04)",
+             before="0.17.0") for name in ("test_commentary_channel_present_without_custom_tools", "test_all_standard_channels_present")),
+    Listed(f"{PARSER_TESTS}::TestParseChatOutput::test_parse_chat_output_commentary_with_recipient_excluded",
+           "parse_chat_output as later releases changed it, unrelated to #44330; passes stock from 0.17.1, the suite's "
+           "next harness after 0.15.1", before="0.17.1"),
+    Listed("tests/parser/test_harmony.py::TestHarmonyParser::test_malformed_token_does_not_raise (0.32.0)",
+           "it calls HarmonyParser.process_chunk (vllm/parser/harmony.py, 0.24.0 on); the suite builds no harness "
+           "for 0.24.0-0.31.x, the band where harmony_stream_guard patches that class, and in 0.15.1-0.23.x the "
+           "patch guards the chat stream generator, which the test does not call",
+           suite="harmony_stream_guard", everywhere=True),
+    Listed("tests/entrypoints/openai/test_render_parity.py::*::test_effort_map_applies_to_harmony (0.33.0)",
+           "0.33.0's --reasoning-effort-map tests drive OnlineRenderer (0.25.0 on); the suite's harness venvs in "
+           "harmony_reasoning_effort's band (0.18.0, 0.22.1) have no OnlineRenderer, and none is built for "
+           "0.25.0-0.32.x; the map is checked token for token by tests/test_equivalence.py and tests/e2e instead, and "
+           "{\"none\": \"low\"} (harmony_reasoning_effort_none) through the real builder of 0.18.0 and 0.22.1 by "
+           "tests/patches/test_harmony_reasoning_effort_none.py",
+           suite="harmony_reasoning_effort", everywhere=True),
+)
+
+
+def listed(nodeid: str) -> list[Listed]:
+    return [row for row in LISTED if fnmatch.fnmatchcase(nodeid, row.pattern)]
+
+
+def excused(nodeid: str, version: str) -> list[Listed]:
+    """The rows that excuse `nodeid` from passing on patched `version` (a `needs` row excuses only by deselecting)."""
+    return [row for row in listed(nodeid)
+            if row.departs or row.everywhere or (row.before and Version(version) < Version(row.before))]
+
+
+# -- the sdist ---------------------------------------------------------------------------------------
+
+
+def extract(suite: Suite, dest: Path) -> Path:
+    """The suite's files (and their packages' `__init__.py`) from the sdist, unchanged, plus our conftest.py."""
+    sdist = artefacts.sdist(f"vllm=={suite.release}")
+    prefix = f"vllm-{suite.release}/"
+    wanted = {*suite.files, *suite.support}
+    for rel in list(wanted):
+        parts = Path(rel).parent.parts
+        wanted.update(str(Path(*parts[: i + 1], "__init__.py")) for i in range(len(parts)))
+    found = set()
+    with tarfile.open(sdist, "r:gz") as archive:
+        for member in archive:
+            rel = member.name.removeprefix(prefix)
+            if member.isfile() and rel in wanted:
+                out = dest / rel
+                out.parent.mkdir(parents=True, exist_ok=True)
+                source = archive.extractfile(member)
+                assert source is not None
+                out.write_bytes(source.read())
+                found.add(rel)
+    missing = sorted({*suite.files, *suite.support} - found)
+    if missing:
+        raise artefacts.MissingArtefact(f"{sdist.name} has no {', '.join(missing)}: "
+                                        f"the {suite.patch} suite in tests/support/upstream_tests.py names files it lacks")
+    shutil.copyfile(Path(__file__).with_name("upstream_shim.py"), dest / "conftest.py")
+    return dest
+
+
+# -- a venv to run them in ---------------------------------------------------------------------------
+
+
+def venv(version: str, dest: Path, *, patched: bool) -> Path:
+    """A clone of the release's harness venv with pytest, and gptoss-patch's default set applied if `patched`."""
+    python = harness.clone_venv(harness.cpu_venv(version), dest)
+    install_pytest(python)
+    if patched:
+        report = engine.apply(target.discover(str(python)), Selection())
+        left = [f"{r.id}: {r.state.value} {r.error or r.reason}" for r in report.results if r.state.needs_action]
+        if left:
+            raise harness.HarnessError(f"apply on {version} left {'; '.join(left)}")
+    return python
+
+
+def install_pytest(python: Path) -> None:
+    wheels = [str(artefacts.wheel(requirement)) for requirement in PYTEST_STACK]
+    proc = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "--no-input",
+                           "--disable-pip-version-check", "-q", *wheels], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise harness.HarnessError(f"installing pytest into {python} failed: {proc.stderr.strip()[-300:]}")
+
+
+# -- a run -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    outcome: str  # passed, failed, skipped, error (collection or set-up)
+    message: str  # the last line of the failure, if any
+
+
+def run(python: Path, root: Path, suite: Suite, version: str) -> dict[str, Outcome]:
+    """Run the suite's files under `python`; every test's outcome by node id (`deselected`: LISTED keeps it out here)."""
+    results = root.parent / f"{root.name}-results.json"
+    plan = {
+        "needs": [[row.pattern, row.needs, row.why] for row in LISTED if row.needs and row.suite == suite.patch],
+        "deselect": [[row.pattern, row.why] for row in LISTED if row.everywhere and row.suite == suite.patch],
+    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "TIKTOKEN_", "PYTEST_", "HF_"))}
+    env.update(
+        TIKTOKEN_ENCODINGS_BASE=str(harness.vocab_dir(python)),
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        HF_HOME=str(root / ".hf"),
+        PYTHONDONTWRITEBYTECODE="1",
+        **{RESULTS_ENV: str(results), PLAN_ENV: json.dumps(plan)},
+    )
+    command = [str(python), "-m", "pytest", "-p", "no:cacheprovider", "-q", "--rootdir", str(root),
+               "-o", "addopts=", "-W", "ignore", *suite.files]
+    try:
+        proc = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False)
+    except subprocess.TimeoutExpired:
+        raise harness.HarnessError(f"upstream tests of {suite.release} on {version}: no answer within {RUN_TIMEOUT} s") from None
+    if not results.exists():
+        tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
+        raise harness.HarnessError(f"upstream tests of {suite.release} on {version} wrote no results: {' | '.join(tail)}")
+    return {nodeid: Outcome(*value) for nodeid, value in json.loads(results.read_text()).items()}

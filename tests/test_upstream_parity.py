@@ -1,0 +1,93 @@
+"""Upstream parity: vLLM's own tests of each backported fix pass on the patched releases (issue #23).
+
+The tests come from the fixing release's source distribution at test time and run unchanged in the CPU
+harness (tests/support/upstream_tests.py: the suites, the one LISTED table of what is not run and why,
+the set-up shim). The rule: every upstream test that passes on the fixing release passes on each patched
+release, except the LISTED ones; a `pending` row's tests must still fail there (when they pass, the row
+goes). Stock releases fail the tests the patch is about, so the check can fail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.support import upstream_tests
+from tests.support.upstream_tests import SUITES, Outcome, Suite, excused, listed
+
+pytestmark = [pytest.mark.upstream, pytest.mark.harness]
+
+CASES = [pytest.param(suite, version, id=f"{name}-vllm-{version}") for name, suite in SUITES.items() for version in suite.patched]
+
+
+def run_suite(suite: Suite, version: str, where: Path, *, patched: bool) -> dict[str, Outcome]:
+    root = upstream_tests.extract(suite, where / "tests-root")
+    python = upstream_tests.venv(version, where / "venv", patched=patched)
+    return upstream_tests.run(python, root, suite, version)
+
+
+@pytest.fixture(scope="module")
+def pass_set(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], dict[str, Outcome]]:
+    """A suite's outcomes on its stock fixing release, run once per module on first use."""
+    done: dict[str, dict[str, Outcome]] = {}
+
+    def outcomes(name: str) -> dict[str, Outcome]:
+        if name not in done:
+            suite = SUITES[name]
+            done[name] = run_suite(suite, suite.stock_run, tmp_path_factory.mktemp(f"{name}-stock"), patched=False)
+        return done[name]
+
+    return outcomes
+
+
+def outcome(outcomes: dict[str, Outcome], nodeid: str) -> str:
+    return outcomes[nodeid].outcome if nodeid in outcomes else "not collected"
+
+
+def describe(nodeids: list[str], outcomes: dict[str, Outcome]) -> str:
+    return "; ".join(f"{n} ({outcome(outcomes, n)}: {outcomes[n].message if n in outcomes else ''})" for n in nodeids)
+
+
+@pytest.mark.parametrize("suite, version", CASES)
+def test_upstream_tests_that_pass_on_the_fixing_release_pass_on_the_patched_release(
+    suite: Suite, version: str, pass_set: Callable[[str], dict[str, Outcome]], tmp_path: Path
+) -> None:
+    reference = pass_set(suite.patch)
+    passing = sorted(n for n, o in reference.items() if o.outcome == "passed")
+    assert passing, f"no upstream test of {suite.patch} passed on stock {suite.stock_run}: {describe(sorted(reference), reference)}"
+    outcomes = run_suite(suite, version, tmp_path, patched=True)
+    pending = [n for n in passing if any(row.pending for row in listed(n))]
+    required = [n for n in passing if n not in pending and not excused(n, version) and outcome(outcomes, n) != "deselected"]
+    broken = [n for n in required if outcome(outcomes, n) != "passed"]
+    assert not broken, f"{len(broken)} of {len(required)} upstream tests fail on patched {version}: {describe(broken, outcomes)}"
+    landed = [n for n in pending if outcome(outcomes, n) == "passed"]
+    assert not landed, (f"pending upstream tests pass on patched {version} now: drop `pending` from their LISTED rows in "
+                        f"tests/support/upstream_tests.py: {', '.join(landed)}")
+
+
+def test_every_listed_row_names_tests_of_the_fixing_release(pass_set: Callable[[str], dict[str, Outcome]]) -> None:
+    """A row that matches no upstream test any more is stale: the table is reviewed with each release."""
+    collected = [n for name in SUITES for n in pass_set(name)]
+    run_rows = [row for row in upstream_tests.LISTED if row.suite in SUITES]
+    stale = [row.pattern for row in run_rows if not any(row in listed(n) for n in collected)]
+    assert stale == []
+
+
+STOCK_FAILS = {  # the tests of the fix itself: they fail on a stock release before the fix
+    "harmony_instructions": (
+        "tests/entrypoints/openai/parser/test_harmony_utils.py::TestCommonParseInputToHarmonyMessage::"
+        "test_system_message[parse_chat_input_to_harmony_message]",
+        "tests/entrypoints/openai/parser/test_harmony_utils.py::TestCommonParseInputToHarmonyMessage::"
+        "test_developer_message[parse_chat_input_to_harmony_message]",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STOCK_FAILS))
+def test_the_fix_tests_fail_on_the_newest_stock_release_before_the_fix(name: str, tmp_path: Path) -> None:
+    suite = SUITES[name]
+    outcomes = run_suite(suite, suite.patched[-1], tmp_path, patched=False)
+    passing = [n for n in STOCK_FAILS[name] if outcome(outcomes, n) == "passed"]
+    assert passing == [], f"on stock {suite.patched[-1]} these should fail: {passing}"
