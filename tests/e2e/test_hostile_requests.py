@@ -27,7 +27,8 @@ TIMEOUT = 60.0
 # Status differences that are the patches' doing, each with its reason (docs/safety.md lists them too).
 EXPLAINED = {
     "chat/system-parts-unknown-type": "harmony_instructions reads a system message's text parts itself and skips "
-                                      "what is not text; stock's parser refuses the part (400)",
+                                      "what is not text, as 0.23.0's flatten_input_text_content does; "
+                                      "stock 0.17.1's parser refuses the part (400)",
     "chat/system-parts-text-not-string": "the same: a text part whose text is not a string is skipped, not refused",
     "chat/system-parts-strings": "the same: bare strings in a system message's parts are joined, not refused",
     "responses/instructions-huge-too-long": "stock 0.17.1's Responses path drops `instructions` (so 200); "

@@ -1,5 +1,5 @@
 """More than one GPU (issue 26): the parallel sizes after --, nvidia-smi's GPUs and CUDA_VISIBLE_DEVICES, the model's
-shape, the per-GPU memory estimate, the profile settings that depend on them, and the pre-flight rows G33-G38.
+shape, the per-GPU memory estimate, the profile settings that depend on them, and the pre-flight rows G33-G38 and G42.
 
 Every GPU here is a fake `nvidia-smi` on PATH and every checkpoint a fake config.json: no wheel, no GPU."""
 
@@ -278,6 +278,52 @@ def test_tp2_on_h100_above_095_fails_and_095_passes(gpus):
     assert rows(plan_for(options("openai/gpt-oss-120b", "-tp", "2", "--gpu-memory-utilization", "0.95"), environ), "G38") == []
     note = plan_for(options("openai/gpt-oss-120b", "-tp", "2"), environ).notes
     assert any("above 0.95" in n and "G38" in n for n in note)
+
+
+# -- the sampler warm-up (G42) ----------------------------------------------------------------------
+# Measured on one H200 with vLLM 0.20.2: gpt-oss-120b at 0.92 and vLLM's --max-num-seqs 1024 stops with "CUDA out of
+# memory occurred when warming up sampler with 1024 dummy requests"; --max-num-seqs 64 starts and serves.
+
+H200_MEASURED = ("--max-model-len", "8192", "--gpu-memory-utilization", "0.92")
+
+
+def test_the_measured_h200_sampler_warm_up_warns_at_1024_sequences(gpus):
+    [row] = rows(plan_for(options("openai/gpt-oss-120b", *H200_MEASURED), gpus(H200)), "G42")
+    assert row.status is Status.WARN
+    assert "--max-num-seqs 1024 needs about 9.2 GiB" in row.message and "201088 vocabulary" in row.message
+    assert "0.92 x 140.4 GiB leaves 11.2 GiB, about 8.6 GiB after" in row.message
+    assert row.fix == "-- --max-num-seqs 512 or --gpu-memory-utilization 0.91"
+
+
+def test_the_measured_h200_start_with_64_sequences_passes(gpus):
+    assert rows(plan_for(options("openai/gpt-oss-120b", *H200_MEASURED, "--max-num-seqs", "64"), gpus(H200)), "G42") == []
+
+
+def test_the_suggested_fixes_clear_the_warning(gpus):
+    environ = gpus(H200)
+    for fix in (("--max-num-seqs", "512"), ("--gpu-memory-utilization", "0.91")):
+        assert rows(plan_for(options("openai/gpt-oss-120b", *H200_MEASURED, *fix), environ), "G42") == []
+
+
+def test_a_sampler_warm_up_clearly_over_fails_with_only_the_utilization_fix(gpus):
+    [row] = rows(plan_for(options("openai/gpt-oss-120b", "--gpu-memory-utilization", "0.99"), gpus(H200)), "G42")
+    assert row.status is Status.FAIL and row.fix == "--gpu-memory-utilization 0.91"
+
+
+def test_the_sampler_headroom_counts_the_vocabulary_of_the_checkpoint():
+    gpu = parallel.Gpu(0, "GPU-0", "NVIDIA H200", "9.0", 143771)
+    shape = parallel.model_shape("openai/gpt-oss-120b")
+    room = parallel.sampler_headroom(shape, parallel.Layout(), gpu, ["--gpu-memory-utilization", "0.92"])
+    assert room.max_num_seqs == 1024  # vLLM's default on a GPU of 70 GiB and more
+    assert room.need() == 1024 * 201088 * 4 * 12 and room.need(2) == 1024 * 201088 * 4 * 2
+    assert room.short and not room.clearly_over
+
+
+def test_no_sampler_check_without_the_gpus_memory(gpus):
+    plan = plan_for(options("openai/gpt-oss-120b", *H200_MEASURED), gpus("NVIDIA GB10, 12.1, [N/A]"))
+    assert rows(plan, "G42") == []
+    [row] = rows(plan, "G37")
+    assert "sampler warm-up check (G42) are not run" in row.message
 
 
 def test_kv_cache_per_sequence_counts_the_window_and_splits_over_tp():

@@ -605,11 +605,13 @@ class Soak:
     labels: Counter[tuple[str, str]] = field(default_factory=Counter)  # (case name, label) -> requests
     details: dict[tuple[str, str], str] = field(default_factory=dict)  # (case name, bad label) -> a detail
 
-    def new_bad(self, stock_labels: Mapping[str, str]) -> list[tuple[str, str, str]]:
-        """(case, label, detail) answered badly here where stock answered the case (alone) 2xx/4xx, less the
-        stock races of STOCK_RACES."""
+    def new_bad(self, stock_labels: Mapping[str, str], stock_soak: Soak | None = None) -> list[tuple[str, str, str]]:
+        """(case, label, detail) answered badly here where stock answered the case (alone) 2xx/4xx and, when
+        `stock_soak` is given, never answered it the same bad way under the same load either; less the stock races
+        of STOCK_RACES."""
+        under_load = {key for key in stock_soak.labels if bad(key[1])} if stock_soak is not None else set()
         return sorted((case, label, self.details.get((case, label), "")) for case, label in self.labels
-                      if bad(label) and not bad(stock_labels.get(case, "200"))
+                      if bad(label) and not bad(stock_labels.get(case, "200")) and (case, label) not in under_load
                       and not any(race in self.details.get((case, label), "") for race in STOCK_RACES))
 
     @property

@@ -1,6 +1,6 @@
 """More than one GPU: the parallel sizes as vLLM reads them, the GPUs nvidia-smi lists (and CUDA_VISIBLE_DEVICES
 selects), the model's shape, and the per-GPU memory estimate. Data only; preflight.py turns it into checks
-(G33-G38, docs/known-issues.md) and plan.py into profile settings.
+(G33-G38, G42, docs/known-issues.md) and plan.py into profile settings.
 
 vLLM is the distributed engine: the sizes are its own flags (`--tensor-parallel-size/-tp`,
 `--data-parallel-size/-dp`, `--pipeline-parallel-size/-pp`, `--data-parallel-size-local/-dpl`), given after
@@ -43,7 +43,7 @@ CPU_MAX_NUM_SEQS = 128  # per worker on vLLM's CPU platform
 # states for an 80 GB H100 come out as it says (120b at TP=1 with 0.9 and 8192 batched tokens runs out; with
 # 0.95 and 1024 it starts; TP=2 runs out above 0.95). docs/scaling.md says what has and has not been measured.
 ACTIVATION_MIB_PER_TOKEN = 0.75  # activation peak of the profiling run, per --max-num-batched-tokens token
-RUNTIME_GIB = 3.0  # inside the budget besides weights, KV cache and activations: CUDA graphs, sampler warm-up
+RUNTIME_GIB = 3.0  # inside the budget besides weights, KV cache and activations: CUDA graphs, sampler (see G42 below)
 # Outside the budget: vLLM asks for utilization x total *free* memory at start; the CUDA context, and with more
 # than one rank NCCL's and the custom all-reduce's buffers, are taken before that.
 RESERVE_GIB = {False: 1.0, True: 3.5}  # {tensor/pipeline parallel: GiB that must stay outside the budget}
@@ -53,6 +53,17 @@ H100_80GB_MAX_GIB = 82  # nvidia-smi reports 81559 MiB for an H100 SXM/PCIe 80 G
 RECIPE_TP1_UTILIZATION = "0.95"
 RECIPE_TP1_BATCHED_TOKENS = "1024"
 RECIPE_TP_MAX_UTILIZATION = 0.95
+
+# The sampler warm-up (G42). After the KV cache has filled the budget, vLLM samples --max-num-seqs dummy requests
+# (top-k, top-p and penalties over the whole vocabulary), so its float32 logits and their working copies need room
+# outside the budget, next to the CUDA graph pool and the reserve above. At least the logits and one copy are
+# needed (below that it fails: a row that fails); measured on one H200 (vLLM 0.20.2, gpt-oss-120b, 0.92, 1024
+# sequences: out of memory with 357 MiB free asking for one more 786 MiB copy) the warm-up had taken at least about
+# 12 copies, so the warning counts 12. A lower bound from one measurement, not the warm-up's peak.
+SAMPLER_FLOOR_COPIES = 2
+SAMPLER_WARN_COPIES = 12
+LOGIT_BYTES = 4  # float32
+CUDA_GRAPH_POOL_GIB = 1.6  # measured 1.58 GiB with vLLM 0.20.2's default capture sizes on that H200
 
 
 # -- the sizes ---------------------------------------------------------------------------------------
@@ -263,6 +274,7 @@ class Shape:
     experts: int
     max_position_embeddings: int
     weights_bytes: int
+    vocab_size: int = 201088  # gpt-oss's o200k_harmony vocabulary
 
     @property
     def is_120b(self) -> bool:
@@ -339,6 +351,7 @@ def _shape_of(recipe: Any, source: str, weights: int, *, name: str) -> Shape:
         experts=recipe.num_local_experts,
         max_position_embeddings=recipe.max_position_embeddings,
         weights_bytes=weights,
+        vocab_size=recipe.vocab_size,
     )
 
 
@@ -452,6 +465,69 @@ def estimate(shape: Shape, layout: Layout, gpu: Gpu, args: Sequence[str]) -> Mem
         batched_tokens=batched,
         kv_dtype_bytes=dtype_bytes,
         reserve=int(RESERVE_GIB[layout.model_parallel > 1] * GIB),
+    )
+
+
+@dataclass(frozen=True)
+class SamplerHeadroom:
+    """Per GPU, in bytes: the sampler warm-up's logits against what the budget leaves outside (G42)."""
+
+    total: int
+    utilization: float
+    max_num_seqs: int
+    vocab_size: int
+    reserve: int  # CUDA context, non-torch memory (and NCCL with TP/PP): as MemoryEstimate.reserve
+    graph_pool: int
+
+    @property
+    def outside(self) -> int:
+        return self.total - int(self.total * self.utilization)
+
+    @property
+    def headroom(self) -> int:
+        """What the warm-up may take: outside the budget, less the reserve and the CUDA graph pool."""
+        return self.outside - self.reserve - self.graph_pool
+
+    def need(self, copies: int = SAMPLER_WARN_COPIES) -> int:
+        return self.max_num_seqs * self.vocab_size * LOGIT_BYTES * copies
+
+    @property
+    def short(self) -> bool:
+        """The warning: the measured lower bound does not fit."""
+        return self.need() > self.headroom
+
+    @property
+    def clearly_over(self) -> bool:
+        """The failure: the logits and one copy do not fit even counting the graph pool's room."""
+        return self.need(SAMPLER_FLOOR_COPIES) > self.outside - self.reserve
+
+    def fitting_seqs(self) -> int:
+        """The largest power of two of --max-num-seqs whose warm-up fits (0 when not even one does)."""
+        fits = max(0, self.headroom) // self.need_per_sequence
+        return 1 << (fits.bit_length() - 1) if fits else 0
+
+    @property
+    def need_per_sequence(self) -> int:
+        return self.vocab_size * LOGIT_BYTES * SAMPLER_WARN_COPIES
+
+    def fitting_utilization(self) -> float | None:
+        """The highest --gpu-memory-utilization (two decimals) that leaves room for this --max-num-seqs."""
+        top = math.floor((self.total - self.reserve - self.graph_pool - self.need()) / self.total * 100) / 100
+        return top if top > 0 else None
+
+
+def sampler_headroom(shape: Shape, layout: Layout, gpu: Gpu, args: Sequence[str]) -> SamplerHeadroom | None:
+    """The sampler warm-up check for the effective `args`; None when the GPU reports no total memory."""
+    if gpu.memory_mib is None:
+        return None
+    seqs = parse_tokens(_last(args, ("--max-num-seqs",))) or DEFAULT_MAX_NUM_SEQS[is_large_gpu(gpu)]
+    return SamplerHeadroom(
+        total=gpu.memory_mib * MIB,
+        utilization=_float(_last(args, ("--gpu-memory-utilization",)), DEFAULT_UTILIZATION),
+        max_num_seqs=seqs,
+        vocab_size=shape.vocab_size,
+        reserve=int(RESERVE_GIB[layout.model_parallel > 1] * GIB),
+        graph_pool=int(CUDA_GRAPH_POOL_GIB * GIB),
     )
 
 

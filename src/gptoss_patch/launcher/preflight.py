@@ -7,7 +7,7 @@ import ipaddress
 import math
 import os
 import socket
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -411,7 +411,7 @@ def bind_problem(host: str, port: int) -> str | None:
     return None
 
 
-# -- more than one GPU (G33-G38) -------------------------------------------------------------------
+# -- more than one GPU (G33-G38, G42) --------------------------------------------------------------
 
 BAD_PARALLEL_INPUT = ("G33", "G34", "G35", "G36")  # require_parallel: exit 4, one line
 
@@ -530,7 +530,8 @@ def _memory(plan: LaunchPlan, context: parallel.Context) -> list[Check]:
     smallest = min(used, key=lambda g: g.memory_mib or 0)
     found = parallel.estimate(context.shape, context.layout, smallest, plan.argv)
     if found is None:
-        return [Check("memory", Status.WARN, f"{smallest.name} reports no total memory: the per-GPU estimate is skipped", issue="G37")]
+        message = f"{smallest.name} reports no total memory: the per-GPU estimate and the sampler warm-up check (G42) are not run"
+        return [Check("memory", Status.WARN, message, issue="G37")]
     g = parallel.gib
     checks = []
     breakdown = (f"weights {g(found.weights)} + one {found.max_model_len}-token request's KV cache {g(found.kv_one_sequence)} "
@@ -556,7 +557,26 @@ def _memory(plan: LaunchPlan, context: parallel.Context) -> list[Check]:
                    f"TP {context.layout.tp} the CUDA context and NCCL need about {g(found.reserve)} there{guide}")
         top = min(math.floor((1 - found.reserve / found.total) * 100) / 100, parallel.RECIPE_TP_MAX_UTILIZATION)
         checks.append(Check("memory", Status.FAIL, message, fix=f"--gpu-memory-utilization {top:g} or less", issue="G38"))
-    return checks
+    return checks + _sampler_warm_up(context, smallest, plan.argv)
+
+
+def _sampler_warm_up(context: parallel.Context, gpu: parallel.Gpu, argv: Sequence[str]) -> list[Check]:
+    """G42: the sampler warm-up's float32 logits (max_num_seqs x vocabulary) need room outside the KV cache's budget."""
+    assert context.shape is not None
+    room = parallel.sampler_headroom(context.shape, context.layout, gpu, argv)
+    if room is None or not room.short:
+        return []
+    g = parallel.gib
+    message = (f"the sampler warm-up of --max-num-seqs {room.max_num_seqs} needs about {g(room.need())} per GPU "
+               f"({room.max_num_seqs} x {room.vocab_size} vocabulary x 4 bytes x {parallel.SAMPLER_WARN_COPIES} float32 copies) "
+               f"outside the KV cache; {room.utilization:g} x {g(room.total)} leaves {g(room.outside)}, about {g(room.headroom)} "
+               f"after the CUDA graph pool and the CUDA context: vLLM may stop with \"CUDA out of memory occurred when warming up sampler\"")
+    fixes = [f"-- --max-num-seqs {room.fitting_seqs()}"] if room.fitting_seqs() else []
+    top = room.fitting_utilization()
+    fixes += [f"--gpu-memory-utilization {top:g}"] if top is not None else []
+    fix = " or ".join(fixes) or "a GPU with more memory"
+    status = Status.FAIL if room.clearly_over else Status.WARN
+    return [Check("memory", status, message, fix=fix, issue="G42")]
 
 
 def _memory_fix(context: parallel.Context, gpu: parallel.Gpu, found: parallel.MemoryEstimate) -> str:
