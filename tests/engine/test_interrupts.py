@@ -32,6 +32,7 @@ from gptoss_patch.engine.record import read_hashes
 from gptoss_patch.fsutil import sha256
 from gptoss_patch.target import Installation
 from tests.support import fakesite
+from tests.support.terminal import default_signals
 
 RUNNER = Path(__file__).parents[1] / "support" / "crash_runner.py"
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -48,7 +49,8 @@ def copy(template: Path, dest: Path) -> Installation:
 def spawn(venv: Path, command: tuple[str, ...], trace: Path, at: str | None = None) -> subprocess.Popen[str]:
     points = [f"--at={at}"] if at else []
     argv = [sys.executable, str(RUNNER), "--trace", str(trace), *points, "--", command[0], "--venv", str(venv), *command[1:]]
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # As typed at a terminal: under nohup or a script's background job SIGINT/SIGHUP would arrive ignored.
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_signals)
 
 
 def wait_for(trace: Path, word: str, proc: subprocess.Popen[str], timeout: float = 30) -> bool:

@@ -78,8 +78,11 @@ def loopback(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     for name in ("no_proxy", "NO_PROXY"):
         monkeypatch.delenv(name, raising=False)
     url = f"http://127.0.0.1:{server.server_address[1]}"
-    with pytest.raises(OSError):  # the trap is real: urllib's default opener sends loopback to the proxy
-        urllib.request.urlopen(url + "/health", timeout=5)  # noqa: S310 - a loopback URL of this test
+    # The trap is real: urllib's default opener, as urlopen builds it on its first use in a process, sends
+    # loopback to the proxy. (Built here, not urlopen's: urlopen keeps the opener of its first call, so an earlier
+    # test's call in the same process would hide the trap.)
+    with pytest.raises(OSError):
+        urllib.request.build_opener().open(url + "/health", timeout=5)
     try:
         yield url
     finally:

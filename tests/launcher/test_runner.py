@@ -13,6 +13,7 @@ import pytest
 
 from gptoss_patch.launcher import plan as planning, runner, smoke
 from tests.launcher.conftest import MODEL, free_port, healthy, pid_alive, read_record, resolve, wait_until
+from tests.support.terminal import default_signals
 
 
 class Recorder:
@@ -144,7 +145,8 @@ def launch(installs, tmp_path: Path, *modes: str) -> tuple[subprocess.Popen, str
     env = {**os.environ, **fake_env(tmp_path, *modes)}
     port = free_port()
     cmd = [sys.executable, "-m", "gptoss_patch", "serve", MODEL, "--venv", str(venv), "--gpu", "cpu", "--port", str(port)]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_signals)  # Ctrl-C must reach it, however the suite was started
     return proc, f"http://127.0.0.1:{port}"
 
 

@@ -134,15 +134,16 @@ def _download_sdist(requirement: str, path: Path) -> None:
     index = os.environ.get("PIP_INDEX_URL", SIMPLE_INDEX).rstrip("/")
     _progress(f"{requirement}: source distribution not in {path.parent}; downloading it from {index}")
     temp = path.with_name(f".{path.name}.partial")
+    opener = urllib.request.build_opener()  # its own: urlopen's would stay cached for every later test in the process
     try:
         listing = urllib.request.Request(f"{index}/{name}/", headers={"Accept": SIMPLE_JSON})
-        with urllib.request.urlopen(listing, timeout=60) as answer:
+        with opener.open(listing, timeout=60) as answer:
             files = json.load(answer)["files"]
         entry = next((f for f in files if f["filename"].lower() == path.name), None)
         if entry is None:
             raise OSError(f"{index}/{name}/ lists no {path.name}")
         digest = hashlib.sha256()
-        with urllib.request.urlopen(entry["url"], timeout=DOWNLOAD_TIMEOUT) as answer, temp.open("wb") as out:
+        with opener.open(entry["url"], timeout=DOWNLOAD_TIMEOUT) as answer, temp.open("wb") as out:
             while chunk := answer.read(1 << 20):
                 digest.update(chunk)
                 out.write(chunk)
