@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import traceback
 
 MARKER = "GPTOSS_PATCH_PROBE_RESULT "
@@ -43,6 +44,12 @@ def vllm_version():
     hook = runpy.run_path(PLUGIN)
     dist_info = hook["providing_dist_info"](os.path.dirname(os.path.dirname(spec.origin)))
     return hook["distribution_facts"](dist_info)[1] if dist_info else None
+
+
+def vllm_release():
+    """The installed vLLM's (major, minor, micro), for probes gated to a band of releases; None without one."""
+    numbers = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", vllm_version() or "")
+    return tuple(int(n or 0) for n in numbers.groups()) if numbers else None
 
 
 def distribution(module_name):

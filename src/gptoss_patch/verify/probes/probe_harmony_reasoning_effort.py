@@ -8,7 +8,7 @@ GPTOSS_PATCH_REASONING_EFFORT_MAP='{}' `minimal` must fail as on stock (the map 
 import re
 
 from _builder import NoBuilder
-from _common import EnvVar, exception_line, vllm_version
+from _common import EnvVar, exception_line, vllm_release
 
 REQUIRES = ("vllm", "openai_harmony")
 ENV = "GPTOSS_PATCH_REASONING_EFFORT_MAP"
@@ -16,13 +16,9 @@ CASES = (("minimal", "low"), ("xhigh", "high"), ("max", "high"), ("medium", "med
 FIRST, FIXED = (0, 18, 0), (0, 33, 0)  # the patch's band; from FIXED vLLM maps with --reasoning-effort-map
 
 
-def _release(version):
-    numbers = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version or "")
-    return tuple(int(n or 0) for n in numbers.groups()) if numbers else None
-
 
 def run(verbose):
-    release = _release(vllm_version())
+    release = vllm_release()
     if release is None or release < FIRST:
         raise NoBuilder("before vLLM 0.18.0 the request models and harmony accept the same efforts")
     if release >= FIXED:

@@ -9,7 +9,7 @@ GPTOSS_PATCH_REASONING_EFFORT_MAP='{"none": "low"}' a request with `reasoning_ef
 import re
 
 from _builder import Builder, NoBuilder
-from _common import EnvVar, exception_line, vllm_version
+from _common import EnvVar, exception_line, vllm_release
 
 REQUIRES = ("vllm", "torch", "openai_harmony")
 ENV = "GPTOSS_PATCH_REASONING_EFFORT_MAP"
@@ -18,13 +18,9 @@ MAPPED = (('{"none": "low"}', "low"), ('{"none": "low", "low": "medium"}', "low"
 FIRST, RENDERER = (0, 18, 0), (0, 25, 0)  # the patch's first release; from RENDERER the builder is OnlineRenderer's
 
 
-def _release(version):
-    numbers = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version or "")
-    return tuple(int(n or 0) for n in numbers.groups()) if numbers else None
-
 
 def run(verbose):
-    release = _release(vllm_version())
+    release = vllm_release()
     if release is None or release < FIRST:
         raise NoBuilder("before vLLM 0.18.0 Chat Completions does not accept reasoning_effort none")
     if release >= RENDERER:
