@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from gptoss_patch import vocab  # noqa: E402
-from tests.support import artefacts, harmony, serve_venv, servers, tiny_model, venvs  # noqa: E402
+from tests.support import artefacts, harmony, installers, serve_venv, servers, tiny_model, venvs  # noqa: E402
 
 VERSION = "0.17.1"
 TOOL = [sys.executable, "-m", "gptoss_patch"]
@@ -155,7 +155,7 @@ def main() -> int:
         code = 143
     except servers.ServerFailed as failure:  # its message ends with the log's last lines (and any known issue)
         print(f"\ndemo failed: {failure}", file=sys.stderr)
-    except (DemoFailed, serve_venv.ServeVenvError, tiny_model.TinyModelError, artefacts.MissingArtefact) as exc:
+    except (DemoFailed, serve_venv.ServeVenvError, installers.InstallerError, tiny_model.TinyModelError, artefacts.MissingArtefact) as exc:
         print(f"\ndemo failed: {exc}", file=sys.stderr)
     finally:  # every exit path, an unexpected error's traceback included
         if code == 0:

@@ -82,6 +82,11 @@ STOCK_FAILS = {  # the tests of the fix itself: they fail on a stock release bef
         "tests/entrypoints/openai/parser/test_harmony_utils.py::TestCommonParseInputToHarmonyMessage::"
         "test_developer_message[parse_chat_input_to_harmony_message]",
     ),
+    "harmony_stream_guard": ("tests/parser/test_harmony.py::TestProcessChunk::test_malformed_token_does_not_raise",),
+    # with the map set the way the test sets it (the suite's `settings`): stock reads no map, so it still rejects "none"
+    "harmony_reasoning_effort": (
+        "tests/entrypoints/openai/test_render_parity.py::TestReasoningRenderParity::test_effort_map_applies_to_harmony",
+    ),
 }
 
 

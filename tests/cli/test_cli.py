@@ -49,11 +49,12 @@ def test_apply_narrates_what_it_patched_then_status_is_clean(venv):
         detected_line(inst),
         "Patched vllm/entrypoints/openai/chat_completion/serving.py (harmony_instructions)",
         "Patched vllm/entrypoints/openai/parser/harmony_utils.py (harmony_instructions_parser)",
+        "Patched vllm/entrypoints/openai/parser/harmony_utils.py (harmony_output_guard)",
         "Patched vllm/entrypoints/openai/responses/harmony.py (harmony_responses_input)",
         "Patched vllm/entrypoints/openai/responses/serving.py (harmony_responses_instructions)",
         "Patched vllm/entrypoints/openai/chat_completion/serving.py (harmony_stream_guard)",
         "Patched vllm/model_executor/layers/quantization/utils/marlin_utils.py (marlin_atomic_add_sm121)",
-        "Done: 6 changed, 2 out-of-range, 1 not-needed",
+        "Done: 7 changed, 2 out-of-range, 1 not-needed",
     ]
     assert run("status", "--venv", path).exit_code == 0
 

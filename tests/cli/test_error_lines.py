@@ -181,4 +181,4 @@ def test_apply_check_with_nothing_to_do_says_so(fake: str) -> None:
     assert CliRunner().invoke(app, ["apply", "--venv", fake]).exit_code == 0
     result = CliRunner().invoke(app, ["apply", "--venv", fake, "--check"])
     assert result.exit_code == 0
-    assert "Would apply" not in result.stderr and "Nothing to apply: 6 applied" in result.stderr
+    assert "Would apply" not in result.stderr and "Nothing to apply: 7 applied" in result.stderr

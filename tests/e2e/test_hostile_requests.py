@@ -33,6 +33,12 @@ EXPLAINED = {
     "chat/system-parts-strings": "the same: bare strings in a system message's parts are joined, not refused",
     "responses/instructions-huge-too-long": "stock 0.17.1's Responses path drops `instructions` (so 200); "
                                             "harmony_responses_instructions renders them, and the prompt is too long (400)",
+    # hostile.FIXED: a stock 500 in code a patch rewrites; patched must answer it 2xx/4xx (tests/test_fuzz_verdict.py)
+    "responses/input-assistant-refusal": "stock's item converter reads c[\"text\"] of a refusal part (KeyError, 500); "
+                                         "harmony_responses_input reads c.get(\"text\", \"\") as 0.23.0 does (200)",
+    **{f"responses/effort-{effort}": "stock 0.17.1's get_system_message raises a bare KeyError (500); "
+                                     "harmony_responses_instructions' preamble answers 0.21.0's ValueError (400)"
+       for effort in ("minimal", "none", "xhigh")},
 }
 
 

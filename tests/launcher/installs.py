@@ -1,6 +1,6 @@
 """Target installations for the launcher tests, built from the real vLLM wheels (read at test time, never stored).
 
-- `extract_static(version, site)`: the files the launcher reads statically (launcher.static.STATIC_FILES),
+- `extract_static(version, site)`: the files the launcher reads statically (launcher.static.READ_FILES),
   straight out of the wheel into a site-packages-shaped tree, each checked against the wheel's RECORD.
 - `build_install(root, version)`: a venv holding the real vLLM wheel installed --no-deps (tests/support/upstream.py),
   patched with the real engine, with our fake `bin/vllm` (tests/support/fakes) as its entry point. Target discovery,
@@ -32,7 +32,7 @@ def wheel_files(version: str, relpaths: tuple[str, ...]) -> dict[str, bytes]:
 
 def extract_static(version: str, site: Path) -> Installation:
     """The static files of the real wheel under `site`, as an Installation (no venv, no dist-info files)."""
-    for rel, data in wheel_files(version, static.STATIC_FILES).items():
+    for rel, data in wheel_files(version, static.READ_FILES).items():
         (site / rel).parent.mkdir(parents=True, exist_ok=True)
         (site / rel).write_bytes(data)
     return Installation("/nonexistent/bin/python", Version(version), site, site / f"vllm-{version}.dist-info")

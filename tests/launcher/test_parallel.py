@@ -59,10 +59,13 @@ def options(model: str | None = "openai/gpt-oss-120b", *extra: str, concurrency:
     return planning.launch_options(model, gpu=gpu, concurrency=concurrency, extra_args=tuple(extra))
 
 
-def plan_for(opts: planning.LaunchOptions, environ: dict[str, str], flags: static.Capabilities = ALL_FLAGS) -> LaunchPlan:
+def plan_for(opts: planning.LaunchOptions, environ: dict[str, str], flags: static.Capabilities = ALL_FLAGS,
+             default_utilization: float | None = None) -> LaunchPlan:
     """A plan with only what the multi-GPU checks read: argv (the profile's parallel settings, then yours), options."""
-    context = planning.parallel_context(opts, environ)
-    settings, notes = planning._parallel_settings(context, opts, flags)
+    context = planning.parallel_context(opts, environ, default_utilization)
+    wanted, parallel_notes = planning._parallel_settings(context, opts, flags)
+    settings, dropped = planning._apply_overrides(wanted, opts.extra_args, environ)  # yours win, as in resolve()
+    notes = [*parallel_notes, *dropped]
     return LaunchPlan(
         installation=None, executable=Path("/venv/bin/vllm"), model=opts.model or "", profile=opts.gpu.profile,
         profile_source="--gpu", settings=tuple(settings), notes=tuple(notes), extra_args=opts.extra_args, base_env=environ,
@@ -254,9 +257,28 @@ def test_the_recipes_h100_out_of_memory_case_fails_and_its_fix_passes(gpus):
 
 def test_the_profile_applies_the_recipes_fix_on_one_h100(gpus):
     plan = plan_for(options("openai/gpt-oss-120b"), gpus(H100))
-    assert [s.argv for s in plan.settings] == [("--gpu-memory-utilization", "0.95"), ("--max-num-batched-tokens", "1024")]
+    flags, env = plan.settings[:2], plan.settings[2:]
+    assert [s.argv for s in flags] == [("--gpu-memory-utilization", "0.95"), ("--max-num-batched-tokens", "1024")]
     assert all("recipe guide" in s.why and "G37" in s.why for s in plan.settings)
+    # Measured on vLLM 0.20.2: without expandable segments the 120b runs out of memory while loading, recipe or not.
+    assert [(s.kind, s.name, s.values) for s in env] == [("env", "PYTORCH_CUDA_ALLOC_CONF", ("expandable_segments:True",))]
     assert [c.status for c in rows(plan, "G37")] == [Status.PASS]
+
+
+@pytest.mark.parametrize(("environ_extra", "extra", "warned"), [
+    ({"PYTORCH_CUDA_ALLOC_CONF": "garbage_collection_threshold:0.6"}, (), True),  # yours wins, without segments
+    ({"PYTORCH_CUDA_ALLOC_CONF": "garbage_collection_threshold:0.6,expandable_segments:True"}, (), False),
+    ({}, ("--enable-sleep-mode",), True),  # its allocator refuses expandable segments: a note, and the warning
+])  # fmt: skip
+def test_loading_the_120b_on_one_h100_without_expandable_segments_warns(gpus, environ_extra, extra, warned):
+    plan = plan_for(options("openai/gpt-oss-120b", *extra), {**gpus(H100), **environ_extra})
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in [s.name for s in plan.settings]
+    load = [c for c in rows(plan, "G37") if "while loading" in c.message]
+    assert [c.status for c in load] == ([Status.WARN] if warned else [])
+    if warned:
+        assert load[0].fix.startswith("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+    if extra:
+        assert any("sleep mode" in n for n in plan.notes)
 
 
 @pytest.mark.parametrize("environ_models", [(H200,), (H100, H100)])
@@ -265,6 +287,13 @@ def test_no_recipe_memory_settings_on_h200_or_at_tp2(gpus, environ_models):
     plan = plan_for(options("openai/gpt-oss-120b", *extra), gpus(*environ_models))
     assert plan.settings == ()
     assert [c.status for c in rows(plan, "G37")] == [Status.PASS]
+
+
+@pytest.mark.parametrize(("installed", "budget"), [(None, "0.9 x"), (0.92, "0.92 x")])
+def test_the_budget_uses_the_installed_releases_utilization_default(gpus, installed, budget):
+    # vLLM 0.20.2's CacheConfig says 0.92; a release whose default cannot be read is taken at 0.9.
+    [row] = rows(plan_for(options("openai/gpt-oss-120b"), gpus(H200), default_utilization=installed), "G37")
+    assert row.status is Status.PASS and budget in row.message
 
 
 def test_the_20b_on_one_h100_needs_no_recipe_settings(gpus):
@@ -308,6 +337,20 @@ def test_the_suggested_fixes_clear_the_warning(gpus):
 def test_a_sampler_warm_up_clearly_over_fails_with_only_the_utilization_fix(gpus):
     [row] = rows(plan_for(options("openai/gpt-oss-120b", "--gpu-memory-utilization", "0.99"), gpus(H200)), "G42")
     assert row.status is Status.FAIL and row.fix == "--gpu-memory-utilization 0.91"
+
+
+@pytest.mark.parametrize(("model", "environ_extra", "extra"), [
+    # started on an H100 (vLLM 0.20.2) with less room outside the budget than the 12-copy estimate asks for:
+    ("openai/gpt-oss-20b", {}, ("--max-model-len", "4096", "--gpu-memory-utilization", "0.92")),
+    ("openai/gpt-oss-120b", {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, ("--gpu-memory-utilization", "0.92")),
+])  # fmt: skip
+def test_no_sampler_warning_where_a_start_was_measured_to_warm_up(gpus, model, environ_extra, extra):
+    assert rows(plan_for(options(model, *extra), {**gpus(H100), **environ_extra}), "G42") == []
+
+
+def test_the_profile_on_one_h100_leaves_the_120b_no_sampler_warning(gpus):
+    # 0.95 with 1024 sequences started with the profile's expandable segments (measured on vLLM 0.20.2)
+    assert rows(plan_for(options("openai/gpt-oss-120b"), gpus(H100)), "G42") == []
 
 
 def test_the_sampler_headroom_counts_the_vocabulary_of_the_checkpoint():
@@ -368,7 +411,7 @@ def test_a_max_num_seqs_below_the_concurrency_per_rank_warns(gpus):
 
 def test_a_flag_the_release_lacks_becomes_a_note(gpus):
     plan = plan_for(options("openai/gpt-oss-120b"), gpus(H100), caps("--gpu-memory-utilization"))
-    assert [s.name for s in plan.settings] == ["--gpu-memory-utilization"]
+    assert [s.name for s in plan.settings] == ["--gpu-memory-utilization", "PYTORCH_CUDA_ALLOC_CONF"]
     assert any(n.startswith("--max-num-batched-tokens 1024 not set: vLLM 0.33.0 has no such flag") for n in plan.notes)
 
 

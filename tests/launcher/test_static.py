@@ -158,3 +158,34 @@ def test_every_add_argument_call_of_arg_utils_is_seen(static_installs, version, 
     tree = ast.parse((static_installs[version].package_root / static.ARG_UTILS_FILE).read_text())
     with_option = [c for c in static._add_argument_calls(tree) if any(isinstance(a, ast.Constant) and str(a.value).startswith("--") for a in c.args)]
     assert len(with_option) == calls
+
+
+# CacheConfig.gpu_memory_utilization per release (docs/vllm-layouts.md, "Files the launcher reads").
+UTILIZATION_DEFAULTS = {"0.15.1": 0.9, "0.17.1": 0.9, "0.22.1": 0.92, "0.23.0": 0.92, "0.33.0": 0.92}
+
+
+@pytest.mark.parametrize("version", list(UTILIZATION_DEFAULTS), ids=lambda v: f"vllm-{v}")
+def test_the_memory_utilization_default_is_the_releases_own(static_installs, version):
+    # None would silently fall back to 0.9, which is wrong from 0.22 on.
+    assert static.read_default_utilization(static_installs[version].package_root) == UTILIZATION_DEFAULTS[version]
+
+
+@pytest.mark.parametrize(
+    ("field", "expected"),
+    [
+        ("gpu_memory_utilization: float = 0.9", 0.9),
+        ("gpu_memory_utilization: float = Field(default=0.92, gt=0, le=1)", 0.92),
+        ("gpu_memory_utilization: float = Field(0.93)", 0.93),
+        ("gpu_memory_utilization: float = some_function()", None),
+        ("other_field: float = 0.5", None),
+    ],
+)
+def test_the_utilization_default_takes_a_constant_or_a_fields_default(tmp_path, field, expected):
+    config = tmp_path / "vllm" / static.CACHE_CONFIG_FILE
+    config.parent.mkdir(parents=True)
+    config.write_text(f"class CacheConfig:\n    block_size: int = 16\n    {field}\n")
+    assert static.read_default_utilization(tmp_path / "vllm") == expected
+
+
+def test_no_cache_config_file_means_no_default(tmp_path):
+    assert static.read_default_utilization(tmp_path / "vllm") is None

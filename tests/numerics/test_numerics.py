@@ -169,10 +169,12 @@ def test_the_tables_fit_80_columns(monkeypatch: pytest.MonkeyPatch) -> None:
         for n in (1, 8, 64, 512) for diff in (0.0, 0.0078125)
     ]  # fmt: skip
     missing = [{"layer": "moe", "backend": "flashinfer", "reason": "not compiled"}]
-    report = kernels.KernelReport("NVIDIA H100 80GB HBM3", "0.20.2", "2.11", rows, missing, [], shape, 41.0)
+    phases = {"dense": 1.5, "moe weights and reference": 2.0, "moe marlin": 9.5, "moe triton": 21.0}
+    report = kernels.KernelReport("NVIDIA H100 80GB HBM3", "0.20.2", "2.11", rows, missing, [], shape, 41.0, phases=phases)
     text = render_to_text(monkeypatch, lambda: tables.kernel_table(report))
     assert "┃ layer" in text and "7.81e-03" in text and "same x3" in text
     assert "not run: moe flashinfer: not compiled" in text
+    assert "moe triton 21 s" in " ".join(text.split()) and report.to_json()["phases"] == phases
     assert max(len(line) for line in text.splitlines()) <= 80
     a = served.Pass("profile", 1, (result((-1.0,), (1,), "x"),), 0.1)
     b = served.Pass("vanilla", 1, (result((-1.37,), (2,), "y"),), 0.1)

@@ -12,6 +12,7 @@ from functools import partial
 import pytest
 from packaging.version import Version
 
+from gptoss_patch.patches._base import run_codemod
 from gptoss_patch.patches.harmony_responses_input import (
     HARMONY_UTILS,
     HELPER,
@@ -36,7 +37,11 @@ def {name}(response_msg, prev_responses):
         role = response_msg["role"]
         content = response_msg["content"]
         text_prefix = "Instructions:\\n" if role == "developer" else ""
-        msg = Message.from_role_and_content(role, text_prefix + content)
+        if isinstance(content, str):
+            msg = Message.from_role_and_content(role, text_prefix + content)
+        else:
+            contents = [TextContent(text=text_prefix + c["text"]) for c in content]
+            msg = Message.from_role_and_contents(role, contents)
     elif response_msg["type"] == "function_call":
         content = response_msg["content"]
         msg = call(response_msg)
@@ -71,9 +76,17 @@ HARMONY_UTILS_016 = ITEM.format(name="parse_response_input")  # 0.15.1-0.16.x
 RESPONSES_017 = CHAT_FORMAT + "\n\n" + ITEM.format(name="response_input_to_harmony")  # 0.17.0-0.22.x
 
 
+PART_TEXT = '            contents = [TextContent(text=text_prefix + c["text"]) for c in content]\n'
+PART_TEXT_PATCHED = (
+    '            contents = [TextContent(text=text_prefix + c.get("text", "")) for c in content]'
+    "  # gptoss-patch harmony_responses_input: a part without text is empty text, as in 0.23.0 (not a KeyError)\n"
+)
+
+
 def patched_item(source: str) -> str:
-    # The message branch's read is rewritten; the function_call branch's same-looking read is not.
-    return source.replace('        content = response_msg["content"]\n', ITEM_RETURN, 1)
+    # The message branch's read is rewritten; the function_call branch's same-looking read is not. A content
+    # part is read with .get("text", ""), as 0.23.0 reads it (stock's c["text"] is a KeyError, a 500, without text).
+    return source.replace('        content = response_msg["content"]\n', ITEM_RETURN, 1).replace(PART_TEXT, PART_TEXT_PATCHED)
 
 
 def test_rewrites_parse_response_input_in_harmony_utils():
@@ -102,10 +115,48 @@ def test_rewrites_both_converters_in_responses_harmony():
                      id="chat-format-renamed"),
         pytest.param(RESPONSES_017.replace("        text_prefix", '        content = response_msg["content"]\n        text_prefix'),
                      "found 1 times", id="content-read-twice"),
+        pytest.param(HARMONY_UTILS_016.replace('c["text"]', 'c.get("text", "")'), "not found", id="part-text-read-changed"),
+        pytest.param(RESPONSES_017.replace(PART_TEXT, PART_TEXT + PART_TEXT), "found 1 times", id="part-text-read-twice"),
     ],
 )
 def test_drift_when_an_anchor_is_gone_or_ambiguous(source, message):
     assert message in check_drift(source)
+
+
+class FakeMessage:
+    """openai_harmony's Message as far as the converter snippets use it: (role, the texts)."""
+
+    @staticmethod
+    def from_role_and_content(role: str, text: str) -> tuple[str, list[str]]:
+        return (role, [text])
+
+    @staticmethod
+    def from_role_and_contents(role: str, contents: list[str]) -> tuple[str, list[str]]:
+        return (role, list(contents))
+
+
+def convert(source: str, item: dict) -> object:
+    """parse_response_input of `source` run on one input item, with fake harmony types."""
+    namespace: dict[str, object] = {"Message": FakeMessage, "TextContent": lambda text: text}
+    exec(compile(source, "harmony_utils.py", "exec"), namespace)
+    namespace[HELPER] = lambda role, content: ("instructions", role)  # the real one imports vllm
+    return namespace["parse_response_input"](item, [])  # type: ignore[operator]
+
+
+REFUSAL = {"type": "message", "role": "assistant", "content": [{"type": "refusal", "refusal": "I can't."}]}
+PARTS = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi "}, {"type": "input_text", "text": "there"}]}
+
+
+def test_a_part_without_text_reads_as_empty_text_where_stock_raises_a_key_error():
+    """make fuzz: an earlier answer's refusal sent back as input was a KeyError (a 500) in the stock converter;
+    patched reads it as 0.23.0 does. Parts with text and string content convert exactly as on stock."""
+    patched = run_codemod(SPEC.codemod(), HARMONY_UTILS_016, None)
+    with pytest.raises(KeyError, match="text"):
+        convert(HARMONY_UTILS_016, REFUSAL)
+    assert convert(patched, REFUSAL) == ("assistant", [""])
+    for item in (PARTS, {"type": "message", "role": "user", "content": "Hi"}):
+        assert convert(patched, item) == convert(HARMONY_UTILS_016, item)
+    assert convert(patched, {"role": "developer", "content": "Be brief."}) == ("instructions", "developer")
 
 
 def test_drift_message_names_the_converters():

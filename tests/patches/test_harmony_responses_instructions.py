@@ -287,6 +287,41 @@ def test_preamble_has_no_developer_message_without_instructions_or_custom_tools(
     assert [role for role, _ in messages] == ["system"]
 
 
+@pytest.mark.parametrize("effort", ["minimal", "none", "xhigh"])
+def test_preamble_refuses_an_effort_harmony_does_not_know_with_a_400_not_a_key_error(helpers, monkeypatch, effort):
+    """make fuzz (issue #25): before 0.21.0 get_system_message indexes REASONING_EFFORT (a bare KeyError, a 500);
+    the patched preamble raises 0.21.0's ValueError instead, which the server answers with a 400."""
+    hu = sys.modules["vllm.entrypoints.openai.parser"].harmony_utils
+    known = {"high": "HIGH", "medium": "MEDIUM", "low": "LOW"}
+
+    def get_system_message(reasoning_effort: Any = None, **kwargs: Any) -> tuple[str, dict[str, Any]]:
+        return ("system", {"reasoning_effort": known[reasoning_effort] if reasoning_effort else None, **kwargs})
+
+    monkeypatch.setattr(hu, "get_system_message", get_system_message, raising=False)
+    monkeypatch.setattr(hu, "REASONING_EFFORT", known, raising=False)
+    req = request(reasoning=types.SimpleNamespace(effort=effort))
+    with pytest.raises(ValueError, match=rf"^reasoning_effort='{effort}' is not supported by Harmony\. "
+                                         r"Supported values are: high, medium, low\.$"):
+        preamble(helpers, req)
+    messages, _ = preamble(helpers, request(reasoning=types.SimpleNamespace(effort="high")))
+    assert messages[0][1]["reasoning_effort"] == "HIGH"  # a known effort renders as before
+    monkeypatch.delattr(hu, "REASONING_EFFORT")  # a release without the table: its KeyError is left alone
+    with pytest.raises(KeyError):
+        preamble(helpers, req)
+
+
+def test_preamble_leaves_other_key_errors_alone(helpers, monkeypatch):
+    hu = sys.modules["vllm.entrypoints.openai.parser"].harmony_utils
+
+    def get_system_message(**kwargs: Any) -> None:
+        raise KeyError("high")  # a key the effort table knows: not the effort's fault
+
+    monkeypatch.setattr(hu, "get_system_message", get_system_message, raising=False)
+    monkeypatch.setattr(hu, "REASONING_EFFORT", {"high": 1}, raising=False)
+    with pytest.raises(KeyError):
+        preamble(helpers, request())
+
+
 def test_preamble_refuses_an_item_of_unknown_type(helpers):
     with pytest.raises(ValueError, match="Unknown message type"):
         preamble(helpers, request(input=[object()]))

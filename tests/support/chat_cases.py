@@ -130,6 +130,19 @@ MORE_CHAT: dict[str, dict[str, Any]] = {
         "tools": [WEATHER_TOOL],
     },
     "empty_developer": {"messages": [{"role": "developer", "content": ""}, {"role": "user", "content": "hi"}]},
+    # `"tool_calls": null` in the history (issue #25): an assistant's (vLLM turns it into [] before the builder)
+    # and a leading system message's (0.23.0 peels that message off before it looks at tool calls).
+    "assistant_tool_calls_null": {
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "Arr, hello.", "tool_calls": None},
+            {"role": "user", "content": "Weather in Paris?"},
+        ],
+        "tools": [WEATHER_TOOL],
+    },
+    "system_tool_calls_null": {
+        "messages": [{"role": "system", "content": PIRATE, "tool_calls": None}, {"role": "user", "content": "hi"}]
+    },
 }
 EQUIVALENCE_TABLE = {**TABLE, **MORE_CHAT}
 
@@ -169,6 +182,17 @@ RESPONSES_TABLE: dict[str, dict[str, Any]] = {
     "empty_developer_item_later": {"input": [_item("user", "hi"), _item("developer", "")]},
     "system_item_tools": {"input": [_item("system", PIRATE), _item("user", "Weather in Paris?")], "tools": [RESPONSES_WEATHER_TOOL]},
     "instructions_reasoning_effort": {"instructions": PIRATE, "input": "hi", "reasoning": {"effort": "high"}},
+    # An earlier answer sent back as an assistant item, with a refusal part (no `text`): 0.23.0 reads it as empty
+    # text; stock 0.15.1-0.22.x raise KeyError (a 500) unless harmony_responses_input is applied (issue #25).
+    "assistant_refusal_item": {
+        "input": [
+            _item("user", "hi"),
+            {"type": "message", "role": "assistant", "id": "msg_1", "status": "completed",
+             "content": [{"type": "output_text", "text": "Arr.", "annotations": []},
+                         {"type": "refusal", "refusal": "I can't help with that."}]},
+            _item("user", "Why not?"),
+        ]
+    },
     "function_call_round_trip": {
         "instructions": PIRATE,
         "input": [

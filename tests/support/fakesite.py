@@ -112,6 +112,13 @@ def parse_chat_input_to_harmony_message(chat_msg, tool_id_names=None):
         return [Message.from_role_and_content(Role.TOOL, content)]
     msgs.append(Message.from_role_and_content(role, chat_msg.get("content") or ""))
     return msgs
+
+
+def parse_output_into_messages(token_ids):
+    parser = get_streamable_parser_for_assistant()
+    for token_id in token_ids:
+        parser.process(token_id)
+    return parser
 '''
 
 RESPONSES_SERVING = '''\
@@ -158,7 +165,11 @@ def response_input_to_harmony(response_msg, prev_responses):
         role = response_msg["role"]
         content = response_msg["content"]
         text_prefix = "Instructions:\\n" if role == "developer" else ""
-        msg = Message.from_role_and_content(role, text_prefix + content)
+        if isinstance(content, str):
+            msg = Message.from_role_and_content(role, text_prefix + content)
+        else:
+            contents = [TextContent(text=text_prefix + c["text"]) for c in content]
+            msg = Message.from_role_and_contents(role, contents)
     else:
         raise ValueError(response_msg["type"])
     return msg

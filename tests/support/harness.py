@@ -5,7 +5,8 @@
 vllm --no-deps from the cached wheel, the CPU torch 2.13.0, xgrammar --no-deps plus its dependencies
 except triton, tests/support/harness-requirements.txt (each name gets the specifier that vLLM wheel's own
 Requires-Dist puts on it, so 0.17.1 gets openai<2.25 and transformers<5 while 0.23.0 gets
-transformers 5 and xgrammar 0.2), and the harmony vocabulary in `<venv>/tiktoken`, installed by
+transformers 5 and xgrammar 0.2), WHERE_REQUIRED where that wheel requires them (orjson for 0.33.0),
+and the harmony vocabulary in `<venv>/tiktoken`, installed by
 gptoss_patch.vocab. The build runs in a temporary sibling directory under a file lock and is renamed
 into place only when complete (a stamp records the recipe), so a half-built venv is never reused.
 
@@ -43,14 +44,19 @@ from gptoss_patch.hook import plugin
 from gptoss_patch.spec import Selection
 from gptoss_patch.verify.behaviour import START_DATE
 from gptoss_patch.verify.probes import MARKER, PROMPTS
-from tests.support import artefacts, upstream, venvs
+from tests.support import artefacts, installers, upstream, venvs
 
 HERE = Path(__file__).parent
 REQUIREMENTS = HERE / "harness-requirements.txt"
 TORCH = "torch==2.13.0"  # the CPU build, through pip's find-links (vLLM pins 2.10/2.11: harmless, docs/development.md#installing)
 NO_DEPS = ("xgrammar",)  # installed --no-deps, then its dependencies except EXCLUDED
 EXCLUDED = frozenset({"triton"})  # 1 GB; vLLM logs "Triton not installed" and carries on
+# Installed only where the vLLM wheel's own Requires-Dist names them, with its specifier. Kept out of
+# harness-requirements.txt so that the venvs of releases that do not need them keep their recipe (and are not
+# rebuilt). orjson: 0.33.0's entrypoints/serve/utils/api_utils.py, which the Responses serving module imports.
+WHERE_REQUIRED = ("orjson",)
 STAMP = "gptoss-harness.json"
+UV_CACHE = "uv-harness"  # uv's download cache for the harness builds, under the suite's cache root
 VOCAB_DIR = "tiktoken"
 STEP_TIMEOUT = 1800  # seconds for one build step (a cold pip install of torch and friends)
 RECIPE_VERSION = 3  # bump when the recipe changes in a way the requirements file does not show
@@ -174,6 +180,12 @@ def requirement_lines() -> list[str]:
     return [line for line in lines if line]
 
 
+def where_required(wheel: Path) -> list[str]:
+    """The WHERE_REQUIRED packages this vLLM wheel requires, with its specifiers."""
+    pinned = wheel_requirements(wheel)
+    return [f"{name}{pinned[_norm(name)].specifier}" for name in WHERE_REQUIRED if _norm(name) in pinned]
+
+
 def no_deps_requirements(wheel: Path) -> list[str]:
     pinned = wheel_requirements(wheel)
     return [f"{name}{pinned[name].specifier}" if name in pinned else name for name in NO_DEPS]
@@ -187,7 +199,7 @@ def _norm(name: str) -> str:
 
 
 def _recipe_digest(wheel: Path) -> str:
-    recipe = {
+    recipe: dict[str, Any] = {
         "v": RECIPE_VERSION,
         "wheel": wheel.name,
         "torch": TORCH,
@@ -195,6 +207,9 @@ def _recipe_digest(wheel: Path) -> str:
         "no_deps": NO_DEPS,
         "excluded": sorted(EXCLUDED),
     }
+    extra = where_required(wheel)
+    if extra:  # absent where none applies: those releases keep the digest (and the venv) they had
+        recipe["where_required"] = extra
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -239,20 +254,36 @@ def _build(final: Path, wheel: Path, digest: str) -> None:
 
 def _install(name: str, build: Path, wheel: Path) -> None:
     python = build / "bin" / "python"
-    pip = [str(python), "-m", "pip", "install", "--no-input", "--disable-pip-version-check", "--no-cache-dir"]
     _step(name, "create the venv", [sys.executable, "-m", "venv", str(build)])
-    _step(name, f"install {wheel.name} --no-deps", [*pip, "--no-deps", str(wheel)])
-    _step(name, f"install {TORCH} (CPU build via pip's find-links)", [*pip, TORCH])
+    pip, env = _installer_command(python)
+    _step(name, f"install {wheel.name} --no-deps", [*pip, "--no-deps", str(wheel)], env)
+    _step(name, f"install {TORCH} (CPU build via pip's find-links)", [*pip, TORCH], env)
     no_deps = no_deps_requirements(wheel)
-    _step(name, f"install {' '.join(no_deps)} --no-deps", [*pip, "--no-deps", *no_deps])
+    _step(name, f"install {' '.join(no_deps)} --no-deps", [*pip, "--no-deps", *no_deps], env)
     # The --no-deps packages still need their other dependencies (xgrammar 0.2 needs apache-tvm-ffi).
     theirs = _dependencies(site_packages(python), NO_DEPS)
-    _step(name, "install tests/support/harness-requirements.txt", [*pip, *harness_requirements(wheel), *theirs])
+    _step(name, "install tests/support/harness-requirements.txt", [*pip, *harness_requirements(wheel), *where_required(wheel), *theirs], env)
 
 
-def _step(name: str, label: str, command: list[str]) -> None:
+def _installer_command(python: Path) -> tuple[list[str], dict[str, str]]:
+    """`pip install` for `python`, or uv's with pip's configuration (tests/support/installers.py).
+
+    uv shares one download cache between the harness venvs of a run (UV_CACHE under the suite's cache root,
+    hardlinked into each venv): seven venvs then download torch and friends once, where pip (--no-cache-dir,
+    so that 3 GB do not stay in pip's cache) fetched and unpacked them for each.
+    """
+    uv = installers.installer()
+    if uv is None:
+        return [str(python), "-m", "pip", "install", "--no-input", "--disable-pip-version-check", "--no-cache-dir"], {}
+    options, env = installers.uv_options(python)
+    command = [uv, "pip", "install", "--python", str(python), "--cache-dir", str(cache_root() / UV_CACHE),
+               "--compile-bytecode", *options]
+    return command, {**env, "UV_NO_PROGRESS": "1"}
+
+
+def _step(name: str, label: str, command: list[str], env: Mapping[str, str] | None = None) -> None:
     _progress(f"{name}: {label}")
-    proc = _run(command, check=False)
+    proc = _run(command, check=False, env=env)
     if proc.returncode != 0:
         raise HarnessError(f"missing: {label} failed in the CPU harness build: {_last_line(proc.stderr)}")
 
@@ -281,9 +312,10 @@ def _swap_into_place(build: Path, final: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _run(command: list[str], *, check: bool) -> subprocess.CompletedProcess[str]:
+def _run(command: list[str], *, check: bool, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     try:
-        return subprocess.run(command, capture_output=True, text=True, check=check, timeout=STEP_TIMEOUT)
+        return subprocess.run(command, capture_output=True, text=True, check=check, timeout=STEP_TIMEOUT,
+                              env={**os.environ, **env} if env else None)
     except subprocess.TimeoutExpired:
         raise HarnessError(f"no answer within {STEP_TIMEOUT} s from: {' '.join(command[:6])}") from None
 

@@ -15,7 +15,8 @@
   when the client hung up on purpose, `+nodone` for a chat/completions stream that ends without [DONE], or
   `hang` / `dropped` / `refused` when no complete answer came.
 - `compare(stock, patched, cases)`: every case to both servers (one thread per server), rows of outcomes;
-  `regressions(rows)`: the cases where stock answered 2xx/4xx and patched did not (`bad`).
+  `regressions(rows)`: the cases where stock answered 2xx/4xx and patched did not (`bad`), and the cases of
+  `FIXED` (5xx of stock in code a patch rewrites, which the patch fixed) that patched answers badly at all.
 - `soak(url, pool, concurrency, seconds, seed)`: seeded clients for a bounded time; `in_flight(url)`:
   running + waiting requests from /metrics; `rss(pid)`: resident memory of a server's processes (the API
   server and the engine core, found below the launcher's pid).
@@ -67,6 +68,15 @@ STRUCTURED = (b'"response_format"', b'"structured_outputs"', b'"guided_', b'"for
 # A 5xx that stock gives under concurrency in code no patch touches (G41: the fast tokenizer's "Already
 # borrowed" on concurrent /v1/completions): counted and reported, not held against the patches.
 STOCK_RACES = ("Already borrowed",)  # the soak's bound: each process within +20 % of its RSS after warm-up
+# Hand-made cases that stock answers with a 5xx raised in code a patch rewrites, and that the patch fixed: the
+# patched server must answer them 2xx/4xx whatever stock does (docs/safety.md, "Where each 5xx comes from").
+FIXED = {
+    "responses/input-assistant-refusal": "harmony_responses_input: stock's item converter reads c[\"text\"] of every "
+                                         "content part (KeyError, 500); patched reads c.get(\"text\", \"\") as 0.23.0",
+    **{f"responses/effort-{effort}": "harmony_responses_instructions: before 0.21.0 get_system_message's KeyError "
+                                     "(500) under the patched preamble; patched answers 0.21.0's ValueError (400)"
+       for effort in ("minimal", "none", "xhigh")},
+}
 
 
 @dataclass(frozen=True)
@@ -97,7 +107,8 @@ class Row:
 
     @property
     def regression(self) -> bool:
-        return not self.stock.bad and self.patched.bad
+        """Patched answers badly where stock does not, or at all on a case the patches fixed (FIXED)."""
+        return (not self.stock.bad or self.case.name in FIXED) and self.patched.bad
 
 
 def bad(label: str) -> bool:
@@ -204,8 +215,9 @@ def _bounded(body: Any, model: str, endpoint: str, *, valid: bool) -> Any:
     if valid or isinstance(body.get("model"), str):
         body["model"] = model
     if valid:
-        if "max_completion_tokens" not in body:
-            body.setdefault(DEFAULT_BUDGET[endpoint], CAPS[DEFAULT_BUDGET[endpoint]])
+        # No budget, absent or null, decodes to the end of the context: give it the cap.
+        if body.get("max_completion_tokens") is None and body.get(DEFAULT_BUDGET[endpoint]) is None:
+            body[DEFAULT_BUDGET[endpoint]] = CAPS[DEFAULT_BUDGET[endpoint]]
         for key, cap in CAPS.items():
             value = body.get(key)
             if isinstance(value, int) and not isinstance(value, bool) and value > cap:
@@ -414,6 +426,11 @@ def _responses_cases(model: str) -> list[Case]:
                                                           "name": "get_weather", "arguments": "{\"city\": \"Paris\"}"},
                                                 {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}],
                   tools=[{"type": "function", **WEATHER["function"]}]),
+        # An earlier answer's refusal sent back as input (a ResponseOutputMessage): stock 0.15.1-0.22.x read every
+        # part's c["text"] (KeyError, a 500); harmony_responses_input reads it as 0.23.0 does (FIXED).
+        responses("input-assistant-refusal", input=[message, {
+            "type": "message", "role": "assistant", "id": "msg_1", "status": "completed",
+            "content": [{"type": "refusal", "refusal": "I can't help with that."}]}, message]),
         responses("input-function-call-malformed", input=[message, {"type": "function_call", "name": 5}]),
         responses("input-function-output-orphan", input=[message, {"type": "function_call_output", "call_id": "x",
                                                                    "output": "sunny"}]),
@@ -608,10 +625,11 @@ class Soak:
     def new_bad(self, stock_labels: Mapping[str, str], stock_soak: Soak | None = None) -> list[tuple[str, str, str]]:
         """(case, label, detail) answered badly here where stock answered the case (alone) 2xx/4xx and, when
         `stock_soak` is given, never answered it the same bad way under the same load either; less the stock races
-        of STOCK_RACES."""
+        of STOCK_RACES. A case of FIXED answered badly always counts."""
         under_load = {key for key in stock_soak.labels if bad(key[1])} if stock_soak is not None else set()
         return sorted((case, label, self.details.get((case, label), "")) for case, label in self.labels
-                      if bad(label) and not bad(stock_labels.get(case, "200")) and (case, label) not in under_load
+                      if bad(label) and (case in FIXED or (not bad(stock_labels.get(case, "200"))
+                                                          and (case, label) not in under_load))
                       and not any(race in self.details.get((case, label), "") for race in STOCK_RACES))
 
     @property

@@ -10,7 +10,7 @@ on first use under a file lock:
 - the wheel's other Requires-Dist lines, as they resolve; installed with uv when it is found (the `uv`
   package in this interpreter, or `uv` on PATH), else with pip. uv is handed pip's own configuration
   (index, extra indexes, find-links, constraints, certificate) and pip's "best version across all
-  indexes" strategy, so both resolve the same versions; set GPTOSS_PATCH_SERVE_INSTALLER=pip (or uv)
+  indexes" strategy, so both resolve the same versions; set GPTOSS_PATCH_TEST_INSTALLER=pip (or uv)
   to choose;
 - the harmony vocabulary in the venv's own copy, `vocab.venv_dir(venv)` = `<venv>/share/gptoss-patch/tiktoken`
   (where gptoss-patch looks in a target environment), for TIKTOKEN_ENCODINGS_BASE: `vocab_dir(python)`.
@@ -30,7 +30,6 @@ same 170 distributions and the same `pip check`; 8.2 GB before dedupe.
 
 from __future__ import annotations
 
-import ast
 import csv
 import hashlib
 import json
@@ -49,13 +48,12 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 from gptoss_patch import vocab
-from tests.support import artefacts, harness, venvs
+from tests.support import artefacts, harness, installers, venvs
 
 STAMP = "gptoss-serve-venv.json"
 RECIPE_VERSION = 2  # bump when the recipe changes in a way the wheel's metadata does not show (2: vocab.venv_dir)
 STEP_TIMEOUT = 1800  # seconds for one install step (a cold install of torch and its nvidia wheels)
 TORCH_COMPANIONS = ("torchvision", "torchaudio")
-INSTALLER_ENV = "GPTOSS_PATCH_SERVE_INSTALLER"  # "uv" or "pip"; unset: uv when found, else pip
 HEARTBEAT = 15.0  # seconds between two progress lines of a long step
 
 
@@ -126,7 +124,7 @@ def _build(venv: Path, wheel: Path, digest: str) -> None:
     if seeded:
         donor = next(iter(seeded.values()))
         _progress(f"{venv.name}: torch and {len(seeded) - 1} wheels it pins hardlinked from {donor}")
-    uv = installer()
+    uv = installers.installer()
     if uv is None:
         _step(venv.name, "install its requirements with PyPI's torch (pip)", [*pip, *wanted])
     else:
@@ -143,74 +141,13 @@ def _build(venv: Path, wheel: Path, digest: str) -> None:
     _progress(f"{venv.name}: ready in {elapsed(seconds)} ({saved / 2**30:.1f} GiB shared with other cached venvs)")
 
 
-# -- uv, with pip's configuration -----------------------------------------------------------------------------
-
-# pip option -> the uv option that means the same (each value of a list option passed once)
-UV_OPTIONS = {"index-url": "--index-url", "extra-index-url": "--extra-index-url", "find-links": "--find-links",
-              "constraint": "--constraint", "trusted-host": "--allow-insecure-host"}
-
-
-def installer() -> str | None:
-    """The uv binary to install the requirements with, or None for pip (GPTOSS_PATCH_SERVE_INSTALLER decides)."""
-    choice = os.environ.get(INSTALLER_ENV, "").strip().lower()
-    if choice not in ("", "uv", "pip"):
-        raise ServeVenvError(f"{INSTALLER_ENV}={choice!r}: expected uv or pip")
-    if choice == "pip":
-        return None
-    found = _find_uv()
-    if found is None and choice == "uv":
-        raise ServeVenvError(f"{INSTALLER_ENV}=uv, but uv is neither importable here (pip install uv) nor on PATH")
-    return found
-
-
-def _find_uv() -> str | None:
-    try:
-        import uv  # the `uv` wheel from PyPI: the binary and its finder
-
-        return str(uv.find_uv_bin())
-    except (ImportError, FileNotFoundError):
-        return shutil.which("uv")
-
-
-def uv_options(python: Path) -> tuple[list[str], dict[str, str]]:
-    """pip's configuration of `python` (files and PIP_* variables) as uv options, and the variables uv needs.
-
-    `--index-strategy unsafe-best-match` is pip's behaviour: the best version from any index, where uv by
-    default takes a package from the first index that has it. `--no-config` keeps uv's own configuration
-    files out: pip's is the one both installers follow.
-    """
-    proc = subprocess.run([str(python), "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=120, check=False)
-    config: dict[str, str] = {}
-    for line in proc.stdout.splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            try:
-                config[key.strip()] = str(ast.literal_eval(value.strip()))
-            except (ValueError, SyntaxError):
-                config[key.strip()] = value.strip()
-
-    def option(name: str) -> str | None:  # pip's precedence: PIP_* variables, then [install], then [global]
-        for section in (":env:", "install", "global"):
-            if f"{section}.{name}" in config:
-                return config[f"{section}.{name}"]
-        return None
-
-    args = ["--no-config", "--index-strategy", "unsafe-best-match"]
-    for name, flag in UV_OPTIONS.items():
-        for value in (option(name) or "").split():
-            args += [flag, value]
-    if (option("no-index") or "").lower() in ("1", "true", "yes", "on"):
-        args.append("--no-index")
-    env = {}
-    if option("cert"):
-        env["SSL_CERT_FILE"] = str(option("cert"))
-    return args, env
+# -- uv, with pip's configuration (tests/support/installers.py) ---------------------------------------------------
 
 
 def _install_with_uv(venv: Path, uv: str, wanted: list[str]) -> None:
     """What the pip step installs, with uv: same pins, same indexes, byte-compiled as pip does."""
     python = venv / "bin" / "python"
-    options, env = uv_options(python)
+    options, env = installers.uv_options(python)
     # A private cache beside the venv (same filesystem: uv hardlinks from it), removed afterwards like pip's --no-cache-dir.
     cache = Path(tempfile.mkdtemp(prefix=f".{venv.name}.uv-cache-", dir=venv.parent))
     try:

@@ -52,9 +52,13 @@ def vocab_dir() -> Path:
     return directory
 
 
-def tiny_model(python: str | Path, recipe: model.Recipe = model.TINY) -> Path:
-    """The cached model directory for `recipe`, built with `python` on a miss."""
-    final = models_dir() / f"{recipe.name}-{recipe.digest()[:12]}"
+def tiny_model(python: str | Path, recipe: model.Recipe = model.TINY, *, prefix: str = "") -> Path:
+    """The cached model directory for `recipe`, built with `python` on a miss.
+
+    `prefix` names a directory of its own: a model built by another interpreter than the served one's
+    (tests/support/upstream_tests.py reads only its tokenizer).
+    """
+    final = models_dir() / f"{prefix}{recipe.name}-{recipe.digest()[:12]}"
     if _is_complete(final, recipe):
         return final
     with artefacts.locked(final.with_name(f".{final.name}.lock")):

@@ -1,12 +1,14 @@
 """gptoss-patch's set-up for vLLM's own tests (copied as conftest.py next to them: tests/support/upstream_tests.py).
 
 Runs in the target interpreter under pytest; imports only the standard library and pytest at module level.
-It sets nothing that an upstream assertion reads. It does three things:
+It sets nothing that an upstream assertion reads. It does four things:
 
 - for each LISTED row with `needs` ("module:name") that this release lacks, binds `name` in `module` (an empty
   stand-in module where the release has none: an older layout) to a placeholder that raises when called, so
   the test file imports; the row's tests are deselected here;
-- deselects the rows that never run (network, GPU, a served model);
+- deselects the rows that never run (network, a device, a served model);
+- for each Suite `settings` entry ("module:Class.name", ENV) in force on this release, gives the class a property
+  `name`: a test that assigns the fixing release's option sets the patch's variable (JSON) instead, for that test;
 - records every test's outcome (and the last line of a failure) as JSON at $GPTOSS_PATCH_UPSTREAM_RESULTS.
 
 The environment (offline vocabulary, offline Hugging Face cache) is set by upstream_tests.run.
@@ -21,7 +23,7 @@ import os
 import sys
 import types
 
-PLAN = json.loads(os.environ.get("GPTOSS_PATCH_UPSTREAM_PLAN", '{"needs": [], "deselect": []}'))
+PLAN = json.loads(os.environ.get("GPTOSS_PATCH_UPSTREAM_PLAN", '{"needs": [], "deselect": [], "settings": []}'))
 RESULTS: dict[str, list[str]] = {}
 KEPT_OUT: list[list[str]] = []  # [pattern, why]
 PLACEHOLDERS: set[str] = set()  # module:name bound here
@@ -58,6 +60,32 @@ for pattern, needs, why in PLAN["needs"]:
     if needs in PLACEHOLDERS:
         KEPT_OUT.append([pattern, f"{why} ({needs} is not in this release)"])
 KEPT_OUT.extend(PLAN["deselect"])
+
+
+def _setting(name: str, env: str):
+    """A property that keeps the value on the instance and puts it, as JSON, into `env` for the running test."""
+
+    def get(self):
+        return self.__dict__.get(f"_gptoss_patch_{name}")
+
+    def put(self, value):
+        self.__dict__[f"_gptoss_patch_{name}"] = value
+        SET_ENV.add(env)
+        os.environ[env] = json.dumps(value)
+
+    return property(get, put)
+
+
+SET_ENV: set[str] = set()  # variables a setting set during the running test
+for attribute, env in PLAN.get("settings", []):
+    module_name, _, qualified = attribute.partition(":")
+    class_name, _, name = qualified.rpartition(".")
+    setattr(getattr(importlib.import_module(module_name), class_name), name, _setting(name, env))
+
+
+def pytest_runtest_teardown(item):
+    while SET_ENV:
+        os.environ.pop(SET_ENV.pop(), None)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,7 +1,8 @@
 """vLLM's own tests of each backported fix, run against the patched releases (issue #23, "upstream parity").
 
-Each `Suite` names a patch with an upstream fix, the fixing release, and the test files of that
-release's source distribution that check the fix. At test time (tests/patches/test_upstream_parity.py):
+Each `Suite` names a patch with an upstream fix, the release whose source distribution holds the tests
+(the fixing release, or a later one that still has them) and the test files that check the fix. At test
+time (tests/test_upstream_parity.py):
 
 1. the sdist comes through tests/support/artefacts.py (`artefacts.sdist`: cached with the wheels, file-locked,
    never committed; missing or corrupt, the test fails in one line that says how to fetch it);
@@ -10,14 +11,27 @@ release's source distribution that check the fix. At test time (tests/patches/te
 3. `run` runs pytest on them with the interpreter of a clone of a CPU harness venv (tests/support/harness.py),
    stock or with gptoss-patch's default set applied, and returns every test's outcome.
 
-The rule (test_upstream_parity.py): every upstream test that passes on the fixing release passes on each
-patched release. What is not run, or not expected to pass yet, is in one place, LISTED below, each row
-with its reason; review it with each new release. Nothing is deselected anywhere else.
+The rule (test_upstream_parity.py): every upstream test that passes on the stock release of the pass set
+(the fixing release, or the next one built) passes on each patched release. What is not run, or not expected
+to pass yet, is in one place, LISTED below, each row with its reason; review it with each new release.
+Nothing is deselected anywhere else.
 
 The shim only sets things up: offline vocabulary and Hugging Face cache, and, for a name a test file
 imports that an older release lacks, a placeholder that raises when called (so the module imports;
 the tests that need the name are LISTED with `needs`, and not run there). It never edits an upstream
-file or assertion.
+file or assertion. Two more pieces of set-up, each declared on its Suite:
+
+- `hub_models`: the Hugging Face repos whose tokenizer and generation config the files load
+  (`AutoTokenizer.from_pretrained("openai/gpt-oss-20b")`). run() puts the files of the tiny random gpt-oss
+  (gptoss_patch.model: its tokenizer is o200k_base with harmony's special tokens at harmony's ids, as in the
+  published checkpoints; its generation config has their stop ids) into the offline Hugging Face cache under
+  that name, so they load without a network. A test that needs more of the real checkpoint fails on the
+  stock release too, and is no part of the pass set.
+- `settings`: where a patch reads an option from another place than the fixing release (an environment
+  variable instead of an attribute that a later server flag sets), the shim gives the class a property of
+  that name on the releases older than the setting's `before`: assigning to it sets the variable for
+  that test (restored after it). The test configures the patched release through its own option, and its
+  assertions stay as they are.
 
 pytest and pytest-asyncio are not in the harness recipe (adding them to harness-requirements.txt would
 rebuild every harness venv): `install_pytest` puts the PYTEST_STACK wheels, from the wheel cache,
@@ -38,9 +52,10 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from gptoss_patch import engine, target
+from gptoss_patch import engine, model, target
+from gptoss_patch.patches import harmony_reasoning_effort
 from gptoss_patch.spec import Selection
-from tests.support import artefacts, harness
+from tests.support import artefacts, harness, tiny_model
 
 RUN_TIMEOUT = 900  # seconds for one upstream pytest run (importing vLLM's API layer alone takes 8-20 s)
 RESULTS_ENV = "GPTOSS_PATCH_UPSTREAM_RESULTS"  # where the shim writes {nodeid: [outcome, last line]}
@@ -50,15 +65,27 @@ PYTEST_STACK = ("pytest==9.2.0", "pluggy==1.7.0", "iniconfig==2.3.1", "pygments=
 
 
 @dataclass(frozen=True)
+class Setting:
+    """An option the patch reads from `env` where the fixing release has `attribute` (module:Class.name)."""
+
+    attribute: str
+    env: str
+    before: str  # only on patched releases older than this one (from there the release has the attribute)
+    why: str
+
+
+@dataclass(frozen=True)
 class Suite:
     """Upstream's tests of one patch's fix: which release they come from, which files, where they run."""
 
     patch: str  # the patch id (its dossier names these tests)
-    release: str  # the fixing release: its sdist holds the tests, its stock run gives the pass set
+    release: str  # whose sdist holds the tests: the fixing release, or a later one that still has them (one download)
     files: tuple[str, ...]  # test files, relative to the sdist's root
     support: tuple[str, ...]  # upstream helper modules the files import (extracted beside them, unchanged)
     patched: tuple[str, ...]  # releases run with the default set applied (each has a harness venv in the suite)
     stock_run: str  # the release whose stock harness gives the pass set: the fixing release, or the next one built
+    hub_models: tuple[str, ...] = ()  # Hugging Face repos the files load a tokenizer from: the tiny gpt-oss's, offline
+    settings: tuple[Setting, ...] = ()  # the patch's own option, set where the test sets the fixing release's
 
 
 @dataclass(frozen=True)
@@ -75,7 +102,7 @@ class Listed:
     pending: str = ""  # fails on patched releases until this lands (a pass there says: drop the row)
     departs: str = ""  # the patch named here departs from the fixing release on purpose: not required when patched
     suite: str = "harmony_instructions"  # the SUITES key; a row of a suite that is not in SUITES is never run
-    everywhere: bool = False  # not run at all (network, GPU, a served model)
+    everywhere: bool = False  # not run at all (network, a device, a served model)
 
 
 HARMONY_UTILS = "vllm.entrypoints.openai.parser.harmony_utils"
@@ -85,6 +112,11 @@ RESPONSES_TESTS = "tests/entrypoints/openai/responses/test_response_input_to_har
 RESPONSES_HARMONY = "vllm.entrypoints.openai.responses.harmony"
 LATER_RESPONSES = "Responses input conversion as later releases changed it (reasoning items, tool outputs), unrelated to #44330"
 
+HARMONY_TESTS = "tests/parser/test_harmony.py"
+RENDER_PARITY_TESTS = "tests/entrypoints/openai/test_render_parity.py"
+ONLINE_RENDERER = "vllm.renderers.online_renderer"
+EFFORT_MAP_ENV = harmony_reasoning_effort.ENV  # where both reasoning-effort patches read the map
+
 SUITES = {
     "harmony_instructions": Suite(
         patch="harmony_instructions",
@@ -93,6 +125,33 @@ SUITES = {
         support=("tests/entrypoints/openai/utils.py",),
         patched=("0.15.1", "0.17.1", "0.18.0", "0.22.1"),  # both ends of both bands
         stock_run="0.23.0",
+    ),
+    # 0.32.0's fix, tested by 0.33.0's copy of the file (one sdist for both suites below). 0.31.0 is the newest
+    # release of the HarmonyParser band (0.24.0-0.31.x); the chat-generator band (0.15.1-0.23.x) has no
+    # vllm.parser.harmony, which the file imports at the top, so nothing of it could run there.
+    "harmony_stream_guard": Suite(
+        patch="harmony_stream_guard",
+        release="0.33.0",
+        files=(HARMONY_TESTS,),
+        support=(),
+        patched=("0.31.0",),
+        stock_run="0.33.0",
+        hub_models=("openai/gpt-oss-20b",),
+    ),
+    # 0.33.0's --reasoning-effort-map tests drive OnlineRenderer (0.25.0 on); 0.31.0 lies in the OnlineRenderer band
+    # of both patches that map (harmony_reasoning_effort, harmony_reasoning_effort_none: 0.25.0-0.32.x). 0.18.0-0.24.x
+    # build the harmony request in OpenAIServingRender, which the file never calls (the `needs` row below).
+    "harmony_reasoning_effort": Suite(
+        patch="harmony_reasoning_effort",
+        release="0.33.0",
+        files=(RENDER_PARITY_TESTS,),
+        support=(),
+        patched=("0.31.0",),
+        stock_run="0.33.0",
+        settings=(Setting(
+            f"{ONLINE_RENDERER}:OnlineRenderer.reasoning_effort_map", EFFORT_MAP_ENV, before="0.33.0",
+            why=f"0.33.0's --reasoning-effort-map sets this attribute; the patches read the same JSON from {EFFORT_MAP_ENV}",
+        ),),
     ),
 }
 
@@ -136,18 +195,15 @@ LISTED = (
     Listed(f"{PARSER_TESTS}::TestParseChatOutput::test_parse_chat_output_commentary_with_recipient_excluded",
            "parse_chat_output as later releases changed it, unrelated to #44330; passes stock from 0.17.1, the suite's "
            "next harness after 0.15.1", before="0.17.1"),
-    Listed("tests/parser/test_harmony.py::TestHarmonyParser::test_malformed_token_does_not_raise (0.32.0)",
-           "it calls HarmonyParser.process_chunk (vllm/parser/harmony.py, 0.24.0 on); the suite builds no harness "
-           "for 0.24.0-0.31.x, the band where harmony_stream_guard patches that class, and in 0.15.1-0.23.x the "
-           "patch guards the chat stream generator, which the test does not call",
+    Listed(f"{HARMONY_TESTS}::TestAdjustRequest::*",
+           "structured output for harmony requests (xgrammar), unrelated to the stream guard; its fixture builds a "
+           "VllmConfig, which needs a device: the CPU harness runs vLLM's CUDA build without a GPU (G25)",
            suite="harmony_stream_guard", everywhere=True),
-    Listed("tests/entrypoints/openai/test_render_parity.py::*::test_effort_map_applies_to_harmony (0.33.0)",
-           "0.33.0's --reasoning-effort-map tests drive OnlineRenderer (0.25.0 on); the suite's harness venvs in "
-           "harmony_reasoning_effort's band (0.18.0, 0.22.1) have no OnlineRenderer, and none is built for "
-           "0.25.0-0.32.x; the map is checked token for token by tests/test_equivalence.py and tests/e2e instead, and "
-           "{\"none\": \"low\"} (harmony_reasoning_effort_none) through the real builder of 0.18.0 and 0.22.1 by "
+    Listed(f"{RENDER_PARITY_TESTS}::*",
+           "OnlineRenderer comes with 0.25.0; 0.18.0-0.24.x build the harmony request in OpenAIServingRender, "
+           "checked with {\"none\": \"low\"} through the real builder of 0.18.0 and 0.22.1 by "
            "tests/patches/test_harmony_reasoning_effort_none.py",
-           suite="harmony_reasoning_effort", everywhere=True),
+           needs=f"{ONLINE_RENDERER}:OnlineRenderer", suite="harmony_reasoning_effort"),
 )
 
 
@@ -214,6 +270,32 @@ def install_pytest(python: Path) -> None:
         raise harness.HarnessError(f"installing pytest into {python} failed: {proc.stderr.strip()[-300:]}")
 
 
+# -- the offline Hugging Face cache --------------------------------------------------------------------
+
+HUB_REVISION = "0" * 40  # the snapshot's name in the cache; only refs/main points at it
+HUB_SKIPPED = (model.STAMP, ".safetensors")  # the weights and our stamp: a tokenizer and its configs are what is read
+
+
+def offline_hub_model(python: Path, hf_home: Path, repo: str) -> Path:
+    """`repo` in the Hugging Face cache at `hf_home` (HF_HUB_OFFLINE reads it), holding the tiny gpt-oss's files.
+
+    The tiny model (tests/support/tiny_model.py, built once per recipe with `python`, in a directory of its own
+    so the served model keeps its builder) has gpt-oss's tokenizer files: o200k_base with harmony's special tokens
+    at harmony's ids, its generation config's stop ids, a gpt_oss config.json. Its files are linked, not copied.
+    """
+    source = tiny_model.tiny_model(python, prefix="upstream-")
+    repo_dir = hf_home / "hub" / f"models--{repo.replace('/', '--')}"
+    snapshot = repo_dir / "snapshots" / HUB_REVISION
+    snapshot.mkdir(parents=True, exist_ok=True)
+    (repo_dir / "refs").mkdir(exist_ok=True)
+    (repo_dir / "refs" / "main").write_text(HUB_REVISION)
+    for path in sorted(source.iterdir()):
+        link = snapshot / path.name
+        if path.is_file() and not path.name.endswith(HUB_SKIPPED) and not link.is_symlink():
+            link.symlink_to(path)
+    return snapshot
+
+
 # -- a run -------------------------------------------------------------------------------------------
 
 
@@ -229,8 +311,12 @@ def run(python: Path, root: Path, suite: Suite, version: str) -> dict[str, Outco
     plan = {
         "needs": [[row.pattern, row.needs, row.why] for row in LISTED if row.needs and row.suite == suite.patch],
         "deselect": [[row.pattern, row.why] for row in LISTED if row.everywhere and row.suite == suite.patch],
+        "settings": [[s.attribute, s.env] for s in suite.settings if Version(version) < Version(s.before)],
     }
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "TIKTOKEN_", "PYTEST_", "HF_"))}
+    for repo in suite.hub_models:
+        offline_hub_model(python, root / ".hf", repo)
+    inherited = ("VLLM_", "TIKTOKEN_", "PYTEST_", "HF_", "GPTOSS_PATCH_")  # a developer's settings change no outcome
+    env = {k: v for k, v in os.environ.items() if not k.startswith(inherited)}
     env.update(
         TIKTOKEN_ENCODINGS_BASE=str(harness.vocab_dir(python)),
         HF_HUB_OFFLINE="1",

@@ -31,7 +31,9 @@ RAY_FLAGS = ("--distributed-executor-backend", "--data-parallel-backend", "-dpb"
 
 GIB = 1024**3
 MIB = 1024**2
-DEFAULT_UTILIZATION = 0.9  # vLLM's --gpu-memory-utilization default
+# vLLM's --gpu-memory-utilization default where the installed release's CacheConfig cannot be read
+# (static.read_default_utilization; 0.20.2 says 0.92): Context.default_utilization is what the checks use.
+DEFAULT_UTILIZATION = 0.9
 # vLLM's --max-num-batched-tokens and --max-num-seqs defaults for the API server (EngineArgs.get_batch_defaults,
 # read on 0.16-0.33): 8192 / 1024 on GPUs of 70 GiB and more (not A100, not GB10), 2048 / 256 below.
 LARGE_GPU_GIB = 70
@@ -50,6 +52,11 @@ RESERVE_GIB = {False: 1.0, True: 3.5}  # {tensor/pipeline parallel: GiB that mus
 
 # The recipe guide's fix for gpt-oss-120b on one 80 GB H100 (G37).
 H100_80GB_MAX_GIB = 82  # nvidia-smi reports 81559 MiB for an H100 SXM/PCIe 80 GB; H100 NVL (94 GB) is not this case
+# Measured on one H100 with vLLM 0.20.2 (G37): gpt-oss-120b at TP=1 runs out of memory *while loading* (72 GiB
+# allocated, 5.4 GiB reserved by PyTorch but unallocated, 1 GiB asked for), with vLLM's defaults and with the guide's
+# 0.95 / 1024 alike; with PyTorch's expandable segments both start and serve.
+ALLOC_CONF_ENV = "PYTORCH_CUDA_ALLOC_CONF"
+EXPANDABLE_SEGMENTS = "expandable_segments:True"
 RECIPE_TP1_UTILIZATION = "0.95"
 RECIPE_TP1_BATCHED_TOKENS = "1024"
 RECIPE_TP_MAX_UTILIZATION = 0.95
@@ -385,6 +392,7 @@ class Context:
     layout: Layout
     hardware: Inventory | None
     shape: Shape | None
+    default_utilization: float = DEFAULT_UTILIZATION  # the installed vLLM's, when --gpu-memory-utilization is not given
 
     def used_gpus(self) -> tuple[Gpu, ...]:
         """The visible GPUs this host's ranks take (vLLM uses them in order)."""
@@ -443,12 +451,13 @@ def kv_bytes_per_sequence(shape: Shape, layout: Layout, length: int, dtype_bytes
     return math.ceil(per_layer_token * tokens / layout.pp)
 
 
-def estimate(shape: Shape, layout: Layout, gpu: Gpu, args: Sequence[str]) -> MemoryEstimate | None:
+def estimate(shape: Shape, layout: Layout, gpu: Gpu, args: Sequence[str], *,
+             default_utilization: float = DEFAULT_UTILIZATION) -> MemoryEstimate | None:
     """The estimate for the effective `args` (the full argv: the user's flags win over the profile's)."""
     if gpu.memory_mib is None:
         return None
     total = gpu.memory_mib * MIB
-    utilization = _float(_last(args, ("--gpu-memory-utilization",)), DEFAULT_UTILIZATION)
+    utilization = _float(_last(args, ("--gpu-memory-utilization",)), default_utilization)
     large = is_large_gpu(gpu)
     batched = parse_tokens(_last(args, ("--max-num-batched-tokens",))) or DEFAULT_BATCHED_TOKENS[large]
     length = parse_tokens(_last(args, ("--max-model-len",))) or shape.max_position_embeddings
@@ -516,19 +525,26 @@ class SamplerHeadroom:
         return top if top > 0 else None
 
 
-def sampler_headroom(shape: Shape, layout: Layout, gpu: Gpu, args: Sequence[str]) -> SamplerHeadroom | None:
+def sampler_headroom(shape: Shape, layout: Layout, gpu: Gpu, args: Sequence[str], *,
+                     default_utilization: float = DEFAULT_UTILIZATION) -> SamplerHeadroom | None:
     """The sampler warm-up check for the effective `args`; None when the GPU reports no total memory."""
     if gpu.memory_mib is None:
         return None
     seqs = parse_tokens(_last(args, ("--max-num-seqs",))) or DEFAULT_MAX_NUM_SEQS[is_large_gpu(gpu)]
     return SamplerHeadroom(
         total=gpu.memory_mib * MIB,
-        utilization=_float(_last(args, ("--gpu-memory-utilization",)), DEFAULT_UTILIZATION),
+        utilization=_float(_last(args, ("--gpu-memory-utilization",)), default_utilization),
         max_num_seqs=seqs,
         vocab_size=shape.vocab_size,
         reserve=int(RESERVE_GIB[layout.model_parallel > 1] * GIB),
         graph_pool=int(CUDA_GRAPH_POOL_GIB * GIB),
     )
+
+
+def expandable_segments(value: str | None) -> bool:
+    """Whether a PYTORCH_CUDA_ALLOC_CONF value turns PyTorch's expandable segments on."""
+    options = dict(item.partition(":")[::2] for item in (value or "").split(",") if item)
+    return options.get("expandable_segments", "").strip().lower() in ("true", "1")
 
 
 def is_large_gpu(gpu: Gpu) -> bool:

@@ -78,7 +78,7 @@ def resolve(inst: Installation, options: LaunchOptions, environ: Mapping[str, st
     report = _patch_status(inst)
     profile = profiles.profile_settings(options.gpu.profile, caps, fast_moe=options.fast_moe)
     moe_settings, moe_notes = _fit_moe_backend(profile.settings, options.model)
-    context = parallel_context(options, environ)
+    context = parallel_context(options, environ, static.read_default_utilization(inst.package_root))
     parallel_settings, parallel_notes = _parallel_settings(context, options, caps)
     wanted = [
         _host_setting(options.host),
@@ -112,11 +112,13 @@ def resolve(inst: Installation, options: LaunchOptions, environ: Mapping[str, st
     )
 
 
-def parallel_context(options: LaunchOptions, environ: Mapping[str, str]) -> parallel.Context:
-    """The parallel sizes given after --, the GPUs nvidia-smi lists (not asked for the cpu profile), the model's shape."""
+def parallel_context(options: LaunchOptions, environ: Mapping[str, str], default_utilization: float | None = None) -> parallel.Context:
+    """The parallel sizes given after --, the GPUs nvidia-smi lists (not asked for the cpu profile), the model's shape,
+    the installed vLLM's --gpu-memory-utilization default (None: not readable, vLLM's long-standing 0.9 assumed)."""
     layout = parallel.layout_of(options.extra_args)
     hardware = parallel.inventory(environ) if options.gpu.profile != "cpu" else None
-    return parallel.Context(layout, hardware, parallel.model_shape(options.model))
+    return parallel.Context(layout, hardware, parallel.model_shape(options.model),
+                            default_utilization or parallel.DEFAULT_UTILIZATION)
 
 
 def per_rank(concurrency: tuple[int, ...], dp: int) -> tuple[int, ...]:
@@ -140,8 +142,28 @@ def _parallel_settings(context: parallel.Context, options: LaunchOptions, caps: 
                    "so the rest would queue and their CUDA graphs never run")
             settings.append(Setting.flag("--max-num-seqs", str(largest), why=why))
     h100 = bool(used) and all(parallel.is_h100_80gb(g) for g in used)
-    if not (h100 and context.shape is not None and context.shape.is_120b):
-        return settings, notes
+    if h100 and context.shape is not None and context.shape.is_120b:
+        _h100_120b_settings(context, caps, settings, notes)
+        if layout.model_parallel == 1:
+            _h100_120b_allocator(options, settings, notes)
+    return settings, notes
+
+
+def _h100_120b_allocator(options: LaunchOptions, settings: list[Setting], notes: list[str]) -> None:
+    """G37 as measured on vLLM 0.20.2: the load-time out of memory is fragmentation, which expandable segments avoid."""
+    if any(arg.partition("=")[0] == "--enable-sleep-mode" for arg in options.extra_args):
+        notes.append(f"{parallel.ALLOC_CONF_ENV}={parallel.EXPANDABLE_SEGMENTS} not set: vLLM's sleep mode allocator "
+                     "refuses expandable segments (G37)")
+        return
+    why = ("gpt-oss-120b at TP=1 on an 80 GB H100 ran out of memory while loading on vLLM 0.20.2 (5.4 GiB reserved by PyTorch "
+           "but unusable), at vLLM's defaults and with the recipe guide's settings alike; with expandable segments it "
+           "started and served (G37)")
+    settings.append(Setting.env(parallel.ALLOC_CONF_ENV, parallel.EXPANDABLE_SEGMENTS, why=why))
+
+
+def _h100_120b_settings(context: parallel.Context, caps: static.Capabilities, settings: list[Setting], notes: list[str]) -> None:
+    """The recipe guide's memory settings for gpt-oss-120b on 80 GB H100s (G37, G38)."""
+    layout = context.layout
     if layout.model_parallel == 1:
         why = ("vLLM's gpt-oss recipe guide: gpt-oss-120b at TP=1 on an 80 GB H100 runs out of memory with the default "
                "--gpu-memory-utilization 0.9 and --max-num-batched-tokens 8192; it starts with about 0.95 and 1024 (G37)")
@@ -152,9 +174,9 @@ def _parallel_settings(context: parallel.Context, options: LaunchOptions, caps: 
             else:
                 notes.append(f"{flag} {value} not set: vLLM {caps.version} has no such flag (G37)")
     else:
-        notes.append(f"--gpu-memory-utilization left at vLLM's default {parallel.DEFAULT_UTILIZATION}: with TP {layout.tp} on "
+        notes.append(f"--gpu-memory-utilization left at vLLM's default {context.default_utilization:g}: with TP {layout.tp} on "
                      f"80 GB H100s the recipe guide runs out of memory above {parallel.RECIPE_TP_MAX_UTILIZATION} (G38)")
-    return settings, notes
+
 
 
 def _default_max_num_seqs(profile: str, used: tuple[parallel.Gpu, ...]) -> int:

@@ -7,7 +7,7 @@ import ipaddress
 import math
 import os
 import socket
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -528,7 +528,7 @@ def _memory(plan: LaunchPlan, context: parallel.Context) -> list[Check]:
     if context.shape is None or not used:
         return []
     smallest = min(used, key=lambda g: g.memory_mib or 0)
-    found = parallel.estimate(context.shape, context.layout, smallest, plan.argv)
+    found = parallel.estimate(context.shape, context.layout, smallest, plan.argv, default_utilization=context.default_utilization)
     if found is None:
         message = f"{smallest.name} reports no total memory: the per-GPU estimate and the sampler warm-up check (G42) are not run"
         return [Check("memory", Status.WARN, message, issue="G37")]
@@ -551,20 +551,42 @@ def _memory(plan: LaunchPlan, context: parallel.Context) -> list[Check]:
             message = (f"{per_rank} concurrent requests per rank at the full {found.max_model_len} tokens would not fit ({fits} do): "
                        "longer ones queue or are preempted")
             checks.append(Check("memory", Status.WARN, message, fix="--max-model-len for the context you need", issue="G37"))
+    checks += _load_fragmentation(plan, context, smallest)
     if context.layout.model_parallel > 1 and not found.reserve_ok:
         guide = f" (the recipe guide: above {parallel.RECIPE_TP_MAX_UTILIZATION} runs out on H100)" if parallel.is_h100_80gb(smallest) else ""
         message = (f"--gpu-memory-utilization {found.utilization:g} leaves {g(found.outside)} per GPU outside vLLM's budget; with "
                    f"TP {context.layout.tp} the CUDA context and NCCL need about {g(found.reserve)} there{guide}")
         top = min(math.floor((1 - found.reserve / found.total) * 100) / 100, parallel.RECIPE_TP_MAX_UTILIZATION)
         checks.append(Check("memory", Status.FAIL, message, fix=f"--gpu-memory-utilization {top:g} or less", issue="G38"))
-    return checks + _sampler_warm_up(context, smallest, plan.argv)
+    return checks + _sampler_warm_up(context, smallest, plan.argv, {**plan.base_env, **plan.env_additions})
 
 
-def _sampler_warm_up(context: parallel.Context, gpu: parallel.Gpu, argv: Sequence[str]) -> list[Check]:
+def _load_fragmentation(plan: LaunchPlan, context: parallel.Context, gpu: parallel.Gpu) -> list[Check]:
+    """G37 as measured: 120b at TP=1 on an 80 GB H100 ran out of memory while loading unless expandable segments were on."""
+    assert context.shape is not None
+    if not (parallel.is_h100_80gb(gpu) and context.layout.model_parallel == 1 and context.shape.is_120b):
+        return []
+    value = plan.env_additions.get(parallel.ALLOC_CONF_ENV, plan.base_env.get(parallel.ALLOC_CONF_ENV))
+    if parallel.expandable_segments(value):
+        return []
+    message = ("gpt-oss-120b at TP=1 on an 80 GB H100 ran out of memory while loading its weights on vLLM 0.20.2 (72 GiB "
+               f"allocated, 5.4 GiB reserved by PyTorch but unusable), whatever the utilization, unless {parallel.ALLOC_CONF_ENV} "
+               "had expandable segments on")
+    fix = f"export {parallel.ALLOC_CONF_ENV}={parallel.EXPANDABLE_SEGMENTS} (the sm90 profile sets it unless you set the variable)"
+    return [Check("memory", Status.WARN, message, fix=fix, issue="G37")]
+
+
+def _sampler_warm_up(context: parallel.Context, gpu: parallel.Gpu, argv: Sequence[str], plan_env: Mapping[str, str]) -> list[Check]:
     """G42: the sampler warm-up's float32 logits (max_num_seqs x vocabulary) need room outside the KV cache's budget."""
     assert context.shape is not None
-    room = parallel.sampler_headroom(context.shape, context.layout, gpu, argv)
+    room = parallel.sampler_headroom(context.shape, context.layout, gpu, argv, default_utilization=context.default_utilization)
     if room is None or not room.short:
+        return []
+    # The warning only where it was measured to matter: gpt-oss-120b without expandable segments (one H200 stopped
+    # there). The 20b at vLLM's defaults on an H100, and the 120b on an H100 with expandable segments, warmed up
+    # 1024 sequences with less room than this estimate asks for. Not even 2 copies fitting still fails everywhere.
+    segments = parallel.expandable_segments(plan_env.get(parallel.ALLOC_CONF_ENV))
+    if not room.clearly_over and (segments or not context.shape.is_120b):
         return []
     g = parallel.gib
     message = (f"the sampler warm-up of --max-num-seqs {room.max_num_seqs} needs about {g(room.need())} per GPU "

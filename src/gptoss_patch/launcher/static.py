@@ -35,7 +35,7 @@ MXFP4_SELECTOR_FILES = (
 KERNEL_CONFIG_FILE = "config/kernel.py"  # the MoEBackend Literal: --moe-backend choices (0.17+)
 
 CACHE_FORMAT = "1"  # bump when the parsers change what they extract
-# Every file this module reads (tests extract exactly these from the real wheels).
+# The files read_capabilities reads (its cache is keyed on their state); READ_FILES, below, adds the uncached readers'.
 STATIC_FILES = (ENVS_FILE, ARG_UTILS_FILE, *FRONTEND_FILES, *MXFP4_SELECTOR_FILES, KERNEL_CONFIG_FILE)
 
 # argparse's own and FlexibleArgumentParser's shorthand spellings, which no add_argument call shows.
@@ -276,6 +276,9 @@ def _fields(cls: ast.ClassDef) -> Iterator[tuple[str, bool]]:
 # -- defaults a recipe's flags may repeat (bench --compare recipe) ---------------------------------
 
 VLLM_CONFIG_FILE = "config/vllm.py"  # where VllmConfig decides async scheduling when the flag is not given
+CACHE_CONFIG_FILE = "config/cache.py"  # CacheConfig: the --gpu-memory-utilization default
+# Every file this module reads, the cached and the uncached readers' (tests extract exactly these from the real wheels).
+READ_FILES = (*STATIC_FILES, VLLM_CONFIG_FILE, CACHE_CONFIG_FILE)
 
 
 def read_serve_defaults(package_root: Path) -> dict[str, str]:
@@ -292,6 +295,31 @@ def read_serve_defaults(package_root: Path) -> dict[str, str]:
     if "async_scheduling is None" in config and "async_scheduling = True" in config:
         defaults["--async-scheduling"] = f"on unless an incompatible option is set ({VLLM_CONFIG_FILE})"
     return defaults
+
+
+def read_default_utilization(package_root: Path) -> float | None:
+    """CacheConfig's `gpu_memory_utilization` default (0.92 in vLLM 0.20.2): a plain constant or
+    `Field(default=...)`; None where the file or the field is not found (the caller falls back to 0.9)."""
+    text = _read(package_root / CACHE_CONFIG_FILE)
+    if not text:
+        return None
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return None
+    for cls in _classes(tree, lambda name: name == "CacheConfig"):
+        for node in cls.body:
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == "gpu_memory_utilization":
+                return _number_default(node.value)
+    return None
+
+
+def _number_default(value: ast.expr | None) -> float | None:
+    if isinstance(value, ast.Call):
+        value = next((k.value for k in value.keywords if k.arg == "default"), value.args[0] if value.args else None)
+    if isinstance(value, ast.Constant) and isinstance(value.value, (int, float)) and not isinstance(value.value, bool):
+        return float(value.value)
+    return None
 
 
 def _large_gpu_batched_tokens(tree: ast.Module) -> int | None:

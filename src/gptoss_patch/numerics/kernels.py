@@ -44,16 +44,17 @@ class KernelReport:
     not_run: list[dict[str, str]]
     skipped: list[str]
     shape: LayerShape
-    seconds: float
+    seconds: float  # wall time of the whole check, the interpreter's start and vLLM's import included
     capability: list[int] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase inside the check (JIT compiles show here)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "device": self.device, "capability": self.capability, "vllm": self.vllm, "torch": self.torch,
             "shape": {"name": self.shape.name, "source": self.shape.source, "experts": self.shape.experts, **self.shape.shape},
             "reference": "float64", "results": self.results, "not_run": self.not_run, "skipped": self.skipped,
-            "seconds": self.seconds,
+            "seconds": self.seconds, "phases": self.phases,
         }  # fmt: skip
 
 
@@ -165,6 +166,7 @@ def run(
         results=list(found.get("results") or []), not_run=list(found.get("not_run") or []),
         skipped=skipped_for(shape, backends) + list(found.get("skipped") or []), shape=shape,
         seconds=round(time.monotonic() - started, 1), capability=found.get("capability"),
+        phases=dict(found.get("phases") or {}),
     )  # fmt: skip
 
 

@@ -42,6 +42,9 @@ def kernel_table(report: KernelReport) -> None:
         render.info(f"not run: {item['layer']} {item['backend']}: {item['reason']}")
     for line in report.skipped:
         render.info(f"skipped: {line}")
+    if report.phases:
+        spent = ", ".join(f"{name} {seconds:g} s" for name, seconds in report.phases.items())
+        render.info(f"time: {report.seconds:.0f} s in all (the interpreter's start and vLLM's import included); {spent}")
     render.info(
         "N: tokens in the batch; rel err: ||out - ref|| / ||ref||; max err: max |out - ref|; reruns: the same input "
         "again, bitwise the same or the largest difference; batch Δ: max |difference| of the first token computed "

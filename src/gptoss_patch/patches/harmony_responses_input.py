@@ -13,7 +13,10 @@ item to the converter once patched; this patch fixes the converters themselves, 
 call directly (tests/test_upstream_parity.py) and plugins or later callers may reach:
 `parse_response_input` in harmony_utils (0.15.1-0.16.x) and `response_input_to_harmony` plus
 `_parse_chat_format_message` (behind `response_previous_input_to_harmony`) in responses/harmony.py
-(0.17.0-0.22.x). Every other item is converted as before.
+(0.17.0-0.22.x). Every other item is converted as before, except that a content part without `text` (an
+assistant item's `refusal` part, an image) reads as empty text, as 0.23.0's rewritten branch reads it
+(`c.get("text", "")`), where the stock item converter's `c["text"]` raised a KeyError: a 500 that
+`make fuzz` found (docs/safety.md).
 Reports: https://github.com/vllm-project/vllm/pull/44330 (the fix) and G03 in docs/known-issues.md.
 """
 
@@ -40,6 +43,7 @@ CONTENT_READ = 'content=response_msg["content"]'
 ROLE_READ = 'role=response_msg["role"]'
 ROLE_TEST = 'rolein("system","developer")'
 TOOL_BRANCH = 'role=="tool"'
+PART_TEXT = 'contents=[TextContent(text=text_prefix+c["text"])forcincontent]'  # a list content's parts
 
 MARK = "# gptoss-patch harmony_responses_input:"
 ITEM_SOURCE = f"""
@@ -47,6 +51,10 @@ ITEM_SOURCE = f"""
 if role in ("system", "developer"):
     return {HELPER}(role, content)
 """
+PART_SOURCE = (
+    'contents = [TextContent(text=text_prefix + c.get("text", "")) for c in content]'
+    f"  {MARK} a part without text is empty text, as in 0.23.0 (not a KeyError)\n"
+)
 CHAT_FORMAT_SOURCE = f"""
 {MARK} system/developer messages become harmony instructions (vllm#44330).
 if role in ("system", "developer"):
@@ -106,8 +114,14 @@ def codemod() -> "type[PatchCodemod]":
         """Whether our system/developer branch already follows the anchor at `i` (a second pass is drift)."""
         return i + 1 < len(body) and isinstance(nxt := body[i + 1], cst.If) and code(nxt.test) == ROLE_TEST
 
+    def part_texts(block: list[cst.CSTNode]) -> list[tuple[int, int]]:
+        """(statement, else-statement) of each `contents = [... c["text"] ...]` in an `else:` of the message branch."""
+        return [(i, j) for i, s in enumerate(block) if isinstance(s, cst.If) and isinstance(s.orelse, cst.Else)
+                for j, inner in enumerate(s.orelse.body.body) if line(inner) == PART_TEXT]
+
     def rewrite_item_converter(function: cst.FunctionDef) -> cst.FunctionDef | None:
-        """The message branch with the system/developer return after its content read, if each is there once."""
+        """The message branch with the system/developer return after its content read and its content parts read
+        with `.get("text", "")`, if each is there once."""
         body = list(function.body.body)
         branches = ifs(body, MESSAGE_BRANCH)
         if len(branches) != 1:
@@ -116,8 +130,19 @@ def codemod() -> "type[PatchCodemod]":
         assert isinstance(branch, cst.If)
         block = list(branch.body.body)
         reads = [i for i, s in enumerate(block) if line(s) == CONTENT_READ]
-        if len(reads) != 1 or patched_at(block, reads[0]) or not any(line(s) == ROLE_READ for s in block[: reads[0]]):
+        parts = part_texts(block)
+        if (len(reads) != 1 or len(parts) != 1 or patched_at(block, reads[0])
+                or not any(line(s) == ROLE_READ for s in block[: reads[0]])):
             return None
+        at, inner_at = parts[0]
+        parted = block[at]
+        assert isinstance(parted, cst.If) and isinstance(parted.orelse, cst.Else)
+        inner = list(parted.orelse.body.body)
+        stock = inner[inner_at]
+        assert isinstance(stock, cst.SimpleStatementLine)
+        inner[inner_at] = parse_statements(PART_SOURCE)[0].with_changes(leading_lines=stock.leading_lines)
+        orelse = parted.orelse.with_changes(body=parted.orelse.body.with_changes(body=inner))
+        block[at] = parted.with_changes(orelse=orelse)
         block[reads[0] + 1 : reads[0] + 1] = parse_statements(ITEM_SOURCE)
         body[branches[0]] = branch.with_changes(body=branch.body.with_changes(body=block))
         return function.with_changes(body=function.body.with_changes(body=body))
@@ -132,8 +157,8 @@ def codemod() -> "type[PatchCodemod]":
         return function.with_changes(body=function.body.with_changes(body=body))
 
     class HarmonyResponsesInput(PatchCodemod):
-        ANCHOR = (f"{' / '.join(ITEM_CONVERTERS)}: one message branch reading `content = response_msg[\"content\"]`; "
-                  f"{CHAT_FORMAT} (0.17.0 on): one `if role == \"tool\":`")
+        ANCHOR = (f"{' / '.join(ITEM_CONVERTERS)}: one message branch reading `content = response_msg[\"content\"]` "
+                  f"and its parts' `c[\"text\"]`; {CHAT_FORMAT} (0.17.0 on): one `if role == \"tool\":`")
         HELPER_SOURCE = HELPER_SOURCE
 
         def rewrite(self, tree: cst.Module) -> cst.Module:
@@ -188,7 +213,8 @@ SPEC = PatchSpec(
     fixed_in="0.23.0",
     note=(
         "The converter half of the Responses fix in vllm#44330 (harmony_responses_instructions is the request "
-        "builder's): the per-item conversion functions render system/developer items as 0.23.0 does. On "
+        "builder's): the per-item conversion functions render system/developer items as 0.23.0 does, and read a "
+        "content part without text as empty text as 0.23.0 does (stock: KeyError, a 500). On "
         "0.15.1-0.16.x an item without text converts to None, which only the patched builder expects."
     ),
     python_frontend=True,

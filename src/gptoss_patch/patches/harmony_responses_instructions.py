@@ -14,7 +14,10 @@ input); they go to the developer message by default, to the system message with 
 become developer messages (system ones stay system messages under the variable); an item without
 text adds nothing. The patch rewrites `_construct_input_messages_with_harmony` of
 OpenAIServingResponses to do the same through two helpers of its own; every other input item is
-still converted by the release's own function.
+still converted by the release's own function. Before 0.21.0 a `reasoning.effort` harmony does not know
+(`minimal`, `none`, `xhigh`: the Responses API accepts them) is a bare KeyError in `get_system_message`, a 500
+that `make fuzz` found under the patched preamble as under stock's (G11, G39); the patched preamble refuses it
+as 0.21.0 does, with a ValueError that the server answers with a 400.
 Reports: https://github.com/vllm-project/vllm/pull/44330 (the fix) and G03 in docs/known-issues.md.
 """
 
@@ -89,14 +92,24 @@ def {PREAMBLE}(server, request, tool_types, with_custom_tools):
         offered = kind in tool_types and tool_server is not None and tool_server.has_tool(tool)
         descriptions[f"{{tool}}_description"] = tool_server.get_tool_description(tool, allowed.get(kind)) if offered else None
 
-    preamble = [
-        _hu.get_system_message(
+    try:
+        system = _hu.get_system_message(
             reasoning_effort=request.reasoning.effort if request.reasoning else None,
             instructions=instructions if in_system else None,
             with_custom_tools=with_custom_tools,
             **descriptions,
         )
-    ]
+    except KeyError as exc:
+        # Before 0.21.0 an effort harmony does not know (the Responses API takes `minimal`, `none`, `xhigh`) is a
+        # bare KeyError in get_system_message, which the server answers with a 500: refuse it as 0.21.0 does, with a
+        # ValueError (a 400).
+        known = getattr(_hu, "REASONING_EFFORT", None)
+        if known is None or len(exc.args) != 1 or exc.args[0] in known:
+            raise
+        raise ValueError(
+            f"reasoning_effort={{exc.args[0]!r}} is not supported by Harmony. Supported values are: {{', '.join(known)}}."
+        ) from None
+    preamble = [system]
     developer_instructions = None if in_system else instructions
     tools = request.tools if with_custom_tools else None
     if developer_instructions or tools:
@@ -268,7 +281,8 @@ SPEC = PatchSpec(
     note=(
         "Backport of the Responses half of vllm#44330 (first in 0.23.0). Unset, VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS "
         "puts the instructions in the developer message; at 1 in the system message, and developer instructions are "
-        "rendered empty. A system input item no longer replaces the model identity."
+        "rendered empty. A system input item no longer replaces the model identity. Before 0.21.0 a reasoning effort "
+        "harmony does not know is refused with a 400 (0.21.0's message), not a bare KeyError (a 500)."
     ),
     probe_needs_vocabulary=True,
     probe_runs_on="<0.30",  # 0.30+ renders Responses through OnlineRenderer: no OpenAIServingResponses builder to call

@@ -3,6 +3,9 @@
 The streaming path feeds each generated token to `StreamableParser.process()` unguarded, so one
 malformed token (e.g. `<|return|>` after `<|end|>`) raises HarmonyError out of the generator and the
 request dies with HTTP 500/503. vLLM 0.32.0 skips such a token; this backports that, logging once.
+Before 0.24 the non-streaming parse (harmony_utils.parse_output_into_messages) lives in another file,
+which a band of this patch cannot also edit: the companion patch harmony_output_guard guards it there. 0.33.0's own tests of the fix pass on
+patched 0.31.0 (tests/test_upstream_parity.py).
 Reports: https://github.com/vllm-project/vllm/issues/46464, https://github.com/vllm-project/vllm/issues/50690
 """
 
@@ -146,7 +149,8 @@ SPEC = PatchSpec(
     fixed_in="0.32.0",
     note=(
         "Covers the Chat Completions stream (from 0.24 via HarmonyParser.process_chunk, which the Responses API "
-        "also uses from 0.25); a skipped token produces no output, as upstream 0.32.0."
+        "also uses from 0.25); a skipped token produces no output, as upstream 0.32.0. Before 0.24 the non-streaming "
+        "parse (harmony_utils) is guarded by harmony_output_guard (G05)."
     ),
     probe_needs_vocabulary=True,
     probe_runs_on="<0.32",  # 0.32+ has no helper to call, and HarmonyParser needs a tokenizer to build
