@@ -398,6 +398,12 @@ class Context:
         """The visible GPUs this host's ranks take (vLLM uses them in order)."""
         return self.hardware.visible[: self.layout.local_gpus] if self.hardware else ()
 
+    @property
+    def h100_120b(self) -> bool:
+        """gpt-oss-120b on 80 GB H100s only: the recipe guide's memory cases (G37 at TP x PP = 1, G38 above)."""
+        used = self.used_gpus()
+        return bool(used) and all(is_h100_80gb(g) for g in used) and self.shape is not None and self.shape.is_120b
+
 
 @dataclass(frozen=True)
 class MemoryEstimate:

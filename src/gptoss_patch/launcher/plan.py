@@ -141,11 +141,8 @@ def _parallel_settings(context: parallel.Context, options: LaunchOptions, caps: 
             why = (f"--concurrency asks for {largest} concurrent sequences{per}; vLLM's default --max-num-seqs here is {default}, "
                    "so the rest would queue and their CUDA graphs never run")
             settings.append(Setting.flag("--max-num-seqs", str(largest), why=why))
-    h100 = bool(used) and all(parallel.is_h100_80gb(g) for g in used)
-    if h100 and context.shape is not None and context.shape.is_120b:
-        _h100_120b_settings(context, caps, settings, notes)
-        if layout.model_parallel == 1:
-            _h100_120b_allocator(options, settings, notes)
+    if context.h100_120b:
+        _h100_120b_settings(context, options, caps, settings, notes)
     return settings, notes
 
 
@@ -161,8 +158,9 @@ def _h100_120b_allocator(options: LaunchOptions, settings: list[Setting], notes:
     settings.append(Setting.env(parallel.ALLOC_CONF_ENV, parallel.EXPANDABLE_SEGMENTS, why=why))
 
 
-def _h100_120b_settings(context: parallel.Context, caps: static.Capabilities, settings: list[Setting], notes: list[str]) -> None:
-    """The recipe guide's memory settings for gpt-oss-120b on 80 GB H100s (G37, G38)."""
+def _h100_120b_settings(context: parallel.Context, options: LaunchOptions, caps: static.Capabilities,
+                        settings: list[Setting], notes: list[str]) -> None:
+    """The recipe guide's memory settings for gpt-oss-120b on 80 GB H100s (G37, G38), and expandable segments at TP=1."""
     layout = context.layout
     if layout.model_parallel == 1:
         why = ("vLLM's gpt-oss recipe guide: gpt-oss-120b at TP=1 on an 80 GB H100 runs out of memory with the default "
@@ -173,10 +171,10 @@ def _h100_120b_settings(context: parallel.Context, caps: static.Capabilities, se
                 settings.append(Setting.flag(flag, value, why=why))
             else:
                 notes.append(f"{flag} {value} not set: vLLM {caps.version} has no such flag (G37)")
+        _h100_120b_allocator(options, settings, notes)
     else:
         notes.append(f"--gpu-memory-utilization left at vLLM's default {context.default_utilization:g}: with TP {layout.tp} on "
                      f"80 GB H100s the recipe guide runs out of memory above {parallel.RECIPE_TP_MAX_UTILIZATION} (G38)")
-
 
 
 def _default_max_num_seqs(profile: str, used: tuple[parallel.Gpu, ...]) -> int:

@@ -538,7 +538,7 @@ def _memory(plan: LaunchPlan, context: parallel.Context) -> list[Check]:
                  f"+ activations for {found.batched_tokens} batched tokens {g(found.activations)} + runtime {g(found.runtime)}")
     budget = f"{found.utilization:g} x {g(found.total)} = {g(found.budget)}"
     if not found.fits:
-        fix = _memory_fix(context, smallest, found)
+        fix = _memory_fix(context)
         message = f"estimated per GPU: {breakdown} = {g(found.needed)}, more than {budget}: vLLM would run out of memory at start"
         checks.append(Check("memory", Status.FAIL, message, fix=fix, issue="G37"))
     else:
@@ -551,23 +551,21 @@ def _memory(plan: LaunchPlan, context: parallel.Context) -> list[Check]:
             message = (f"{per_rank} concurrent requests per rank at the full {found.max_model_len} tokens would not fit ({fits} do): "
                        "longer ones queue or are preempted")
             checks.append(Check("memory", Status.WARN, message, fix="--max-model-len for the context you need", issue="G37"))
-    checks += _load_fragmentation(plan, context, smallest)
+    checks += _load_fragmentation(plan, context)
     if context.layout.model_parallel > 1 and not found.reserve_ok:
         guide = f" (the recipe guide: above {parallel.RECIPE_TP_MAX_UTILIZATION} runs out on H100)" if parallel.is_h100_80gb(smallest) else ""
         message = (f"--gpu-memory-utilization {found.utilization:g} leaves {g(found.outside)} per GPU outside vLLM's budget; with "
                    f"TP {context.layout.tp} the CUDA context and NCCL need about {g(found.reserve)} there{guide}")
         top = min(math.floor((1 - found.reserve / found.total) * 100) / 100, parallel.RECIPE_TP_MAX_UTILIZATION)
         checks.append(Check("memory", Status.FAIL, message, fix=f"--gpu-memory-utilization {top:g} or less", issue="G38"))
-    return checks + _sampler_warm_up(context, smallest, plan.argv, {**plan.base_env, **plan.env_additions})
+    return checks + _sampler_warm_up(context, smallest, plan.argv, plan.env)
 
 
-def _load_fragmentation(plan: LaunchPlan, context: parallel.Context, gpu: parallel.Gpu) -> list[Check]:
+def _load_fragmentation(plan: LaunchPlan, context: parallel.Context) -> list[Check]:
     """G37 as measured: 120b at TP=1 on an 80 GB H100 ran out of memory while loading unless expandable segments were on."""
-    assert context.shape is not None
-    if not (parallel.is_h100_80gb(gpu) and context.layout.model_parallel == 1 and context.shape.is_120b):
+    if not (context.h100_120b and context.layout.model_parallel == 1):
         return []
-    value = plan.env_additions.get(parallel.ALLOC_CONF_ENV, plan.base_env.get(parallel.ALLOC_CONF_ENV))
-    if parallel.expandable_segments(value):
+    if parallel.expandable_segments(plan.env.get(parallel.ALLOC_CONF_ENV)):
         return []
     message = ("gpt-oss-120b at TP=1 on an 80 GB H100 ran out of memory while loading its weights on vLLM 0.20.2 (72 GiB "
                f"allocated, 5.4 GiB reserved by PyTorch but unusable), whatever the utilization, unless {parallel.ALLOC_CONF_ENV} "
@@ -601,8 +599,8 @@ def _sampler_warm_up(context: parallel.Context, gpu: parallel.Gpu, argv: Sequenc
     return [Check("memory", status, message, fix=fix, issue="G42")]
 
 
-def _memory_fix(context: parallel.Context, gpu: parallel.Gpu, found: parallel.MemoryEstimate) -> str:
-    if parallel.is_h100_80gb(gpu) and context.layout.model_parallel == 1 and context.shape is not None and context.shape.is_120b:
+def _memory_fix(context: parallel.Context) -> str:
+    if context.h100_120b and context.layout.model_parallel == 1:
         return (f"--gpu-memory-utilization {parallel.RECIPE_TP1_UTILIZATION} --max-num-batched-tokens {parallel.RECIPE_TP1_BATCHED_TOKENS} "
                 "(the recipe guide's; the profile sets them unless given after --), or --tensor-parallel-size 2")
     return "a smaller --max-model-len or --max-num-batched-tokens, a higher --gpu-memory-utilization, or a larger --tensor-parallel-size"
