@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pytest
 
 from gptoss_patch import bench
@@ -155,3 +161,54 @@ def test_variants_parse_into_names_and_shell_words() -> None:
 def test_a_bad_variant_is_a_usage_error(texts: list[str]) -> None:
     with pytest.raises(UsageError, match="--variant"):
         bench.parse_variants(texts, ())
+
+
+# A server that logs a line, then exits with the out-of-memory line once `die` exists (within 0.05 s: well inside
+# the second _drive waits before it looks), and a `vllm bench serve` driver that makes `die` and reports the run in
+# which every request failed.
+SERVER = """
+import pathlib, sys, time
+print("INFO engine ready", flush=True)
+while not pathlib.Path(sys.argv[1]).exists():
+    time.sleep(0.05)
+print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 962.00 MiB", flush=True)
+sys.exit(1)
+"""
+DRIVER = """
+import json, pathlib, sys, time
+sys.stdin.readline()
+time.sleep(0.3)  # the benchmark has started: the server is seen alive first
+if sys.argv[1] != "-":
+    pathlib.Path(sys.argv[1]).touch()
+print(json.dumps({"id": "r0-c16-recipe", "result": {"completed": 0, "failed": 32}}), flush=True)
+"""
+
+
+@pytest.mark.parametrize("dies", [True, False])
+def test_a_run_where_every_request_failed_names_the_server_and_its_last_lines(dies: bool, tmp_path: Path) -> None:
+    from gptoss_patch.bench import session
+
+    die = tmp_path / "die"
+    spec = bench.ServerSpec("recipe", (sys.executable, "-c", SERVER, str(die)), dict(os.environ), 8301, "/m")
+    server = bench.RunningServer(spec, tmp_path / "recipe.log")
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, str(die) if dies else "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        while not server.tail:  # the server has logged its first line
+            time.sleep(0.05)
+        with pytest.raises(bench.BenchFailed) as caught:
+            session._drive(driver, [{"id": "r0-c16-recipe"}], {"r0-c16-recipe": bench.Run("r0-c16-recipe", "recipe", 16, 0)},
+                           [server], 30.0, lambda _: None)  # fmt: skip
+    finally:
+        server.stop()
+        driver.wait(10)
+        assert driver.stdout is not None
+        driver.stdout.close()
+    failed = "recipe at concurrency 16: no request completed (32 failed)"
+    if dies:
+        assert str(caught.value) == f"recipe server (http://127.0.0.1:8301) died during the benchmark (exit code 1); {failed}"
+        assert "CUDA out of memory" in caught.value.last_lines[-1]
+    else:
+        assert str(caught.value) == failed and caught.value.last_lines == ("INFO engine ready",)
+    assert caught.value.log_file == tmp_path / "recipe.log"

@@ -2,7 +2,9 @@
 
 Small on purpose (2 cores): eager servers, concurrency 1 and 2, one or two rounds of a few 16-token
 requests. What is checked is the logic (servers started and stopped, alternating runs, vLLM's own
-benchmark parsed into medians and ratios), not the speed.
+benchmark parsed into medians and ratios), not the speed. The venv is the session's stock 0.17.1 clone
+(`stock_0171`, tests/e2e/conftest.py), which bench only reads; the test that removes vLLM's benchmark module
+has its own.
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ def assert_no_server_left(tmp_path: Path) -> None:
     )
 
 
-def test_profile_against_vanilla_and_a_variant_gives_medians_and_ratios(clone, model: Path, tmp_path: Path) -> None:
-    python = clone(VERSION)
+def test_profile_against_vanilla_and_a_variant_gives_medians_and_ratios(stock_0171: Path, model: Path, tmp_path: Path) -> None:
+    python = stock_0171
     port = servers.free_port()
     proc = bench(python, str(model), tmp_path, "--concurrency", "1,2", "--repeat", "2", "--waves", "1",
                  "--compare", "vanilla", "--variant", "seqs2=--max-num-seqs 2", "--port", str(port), "--json",
@@ -73,8 +75,8 @@ def test_profile_against_vanilla_and_a_variant_gives_medians_and_ratios(clone, m
     assert_no_server_left(tmp_path)
 
 
-def test_a_model_that_does_not_load_is_one_line_and_the_servers_last_lines(clone, tmp_path: Path) -> None:
-    python = clone(VERSION)
+def test_a_model_that_does_not_load_is_one_line_and_the_servers_last_lines(stock_0171: Path, tmp_path: Path) -> None:
+    python = stock_0171
     broken = tmp_path / "broken-model"
     broken.mkdir()
     (broken / "config.json").write_text(json.dumps({"model_type": "gpt_oss", "architectures": ["GptOssForCausalLM"]}))
@@ -86,8 +88,8 @@ def test_a_model_that_does_not_load_is_one_line_and_the_servers_last_lines(clone
     assert_no_server_left(tmp_path)
 
 
-def test_a_port_in_use_is_refused_before_anything_starts(clone, model: Path, tmp_path: Path) -> None:
-    python = clone(VERSION)
+def test_a_port_in_use_is_refused_before_anything_starts(stock_0171: Path, model: Path, tmp_path: Path) -> None:
+    python = stock_0171
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -108,8 +110,8 @@ def test_a_missing_vllm_bench_is_named(tmp_path: Path, clone, model: Path) -> No
     assert not (tmp_path / "logs").exists()  # found out before any server started
 
 
-def test_one_at_a_time_runs_each_server_alone_with_all_the_memory(clone, model: Path, tmp_path: Path) -> None:
-    python = clone(VERSION)
+def test_one_at_a_time_runs_each_server_alone_with_all_the_memory(stock_0171: Path, model: Path, tmp_path: Path) -> None:
+    python = stock_0171
     port = servers.free_port()
     proc = bench(python, str(model), tmp_path, "--concurrency", "1", "--repeat", "2", "--waves", "1",
                  "--compare", "vanilla", "--one-at-a-time", "--port", str(port), "--json",

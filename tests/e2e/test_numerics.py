@@ -26,8 +26,8 @@ MOE_BOUND = 0.02
 DENSE_BOUND = 0.01
 
 
-def test_numerics_on_the_cpu_path_and_two_cpu_servers(clone, model: Path, tmp_path: Path) -> None:
-    python = clone(VERSION)
+def test_numerics_on_the_cpu_path_and_two_cpu_servers(stock_0171: Path, model: Path, tmp_path: Path) -> None:
+    python = stock_0171  # the session's stock clone (tests/e2e/conftest.py): numerics only reads it
     port = servers.free_port()
     command = [sys.executable, "-m", "gptoss_patch", "numerics", str(model), "--gpu", "cpu", "--python", str(python),
                "--tokens", "1,8,64", "--repeat", "3", "--compare", "vanilla", "--port", str(port),

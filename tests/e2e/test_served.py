@@ -4,6 +4,11 @@ One private venv for the module: patched with the default set (`gptoss-patch app
 (`gptoss-patch hook install --mode fail`). The tests run in file order within the module, but none
 relies on another: each starts from the state it needs (`_patched` re-applies, `_reinstalled`
 force-reinstalls vLLM).
+
+The fingerprint, streaming and smoke tests need that state and nothing else, and only read what the server
+logs and answers: they share the session's PATCHED_0171 server (tests/e2e/conftest.py; its own clone, prepared
+the same way, never changed; tools on, as the streaming test needs), which test_hostile_requests also uses.
+The tests that reinstall, repair or refuse keep the module's private venv and their own servers.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import RENDER_ARGS
+from tests.e2e.conftest import PATCHED_0171, RENDER_ARGS
 from tests.support import artefacts, servers
 
 VERSION = "0.17.1"
@@ -54,10 +59,23 @@ def _reinstalled(python: Path) -> None:
     assert tool("status", "--python", str(python)).returncode == 1  # pending again
 
 
-def test_the_fingerprint_is_logged_by_the_api_server_and_the_engine_core(venv: Path, model: Path, tmp_path: Path) -> None:
-    _patched(venv)
-    with servers.running(venv, model, tmp_path) as server:
-        log = server.log_text()
+def shared_servers(item: pytest.Item, memo: object) -> tuple[servers.Spec, ...]:
+    """PATCHED_0171 for the tests that use `patched_server`."""
+    return (PATCHED_0171,) if "patched_server" in getattr(item, "fixturenames", ()) else ()
+
+
+@pytest.fixture
+def patched_server(shared: servers.Pool) -> servers.Server:
+    """The shared server of a venv as `venv` makes it: the default set applied, the hook in mode fail."""
+    assert PATCHED_0171.version == VERSION and PATCHED_0171.patches is None and PATCHED_0171.hook == "fail"
+    assert PATCHED_0171.extra == RENDER_ARGS and not PATCHED_0171.launcher_args and not PATCHED_0171.env
+    (server,) = shared.get(PATCHED_0171)
+    assert tool("status", "--python", str(shared.python(PATCHED_0171))).returncode == 0  # nothing pending
+    return server
+
+
+def test_the_fingerprint_is_logged_by_the_api_server_and_the_engine_core(patched_server: servers.Server) -> None:
+    log = patched_server.log_text()
 
     fingerprints = FINGERPRINT.findall(log)
     assert len(fingerprints) >= 2, f"expected the hook's line from the API server and the engine core:\n{log[-3000:]}"
@@ -65,11 +83,9 @@ def test_the_fingerprint_is_logged_by_the_api_server_and_the_engine_core(venv: P
     assert re.search(r"\(EngineCore\S* pid=\d+\)[^\n]*gptoss-patch: fingerprint", log) or log.count("gptoss-patch: fingerprint") >= 2
 
 
-def test_streaming_through_the_patched_stream_path_completes(venv: Path, model: Path, tmp_path: Path) -> None:
-    _patched(venv)
-    with servers.running(venv, model, tmp_path, *RENDER_ARGS) as server:
-        answer = server.chat({"messages": [{"role": "user", "content": "Count to three."}], "max_tokens": 12,
-                              "temperature": 0, "stream": True})
+def test_streaming_through_the_patched_stream_path_completes(patched_server: servers.Server) -> None:
+    answer = patched_server.chat({"messages": [{"role": "user", "content": "Count to three."}], "max_tokens": 12,
+                                  "temperature": 0, "stream": True})
 
     events = [line.removeprefix("data: ") for line in answer["stream"].splitlines() if line.startswith("data: ")]
     assert events[-1] == "[DONE]", answer["stream"][-500:]
@@ -77,10 +93,8 @@ def test_streaming_through_the_patched_stream_path_completes(venv: Path, model: 
     assert any(c["choices"] and c["choices"][0].get("finish_reason") in ("length", "stop") for c in chunks), chunks[-3:]
 
 
-def test_smoke_against_the_real_server_checks_rendering_and_is_honest_about_random_weights(venv: Path, model: Path, tmp_path: Path) -> None:
-    _patched(venv)
-    with servers.running(venv, model, tmp_path) as server:
-        done = tool("smoke", server.url, "--json", "--timeout", "120")
+def test_smoke_against_the_real_server_checks_rendering_and_is_honest_about_random_weights(patched_server: servers.Server) -> None:
+    done = tool("smoke", patched_server.url, "--json", "--timeout", "120")
 
     report = json.loads(done.stdout)
     checks = {c["name"]: c for c in report["checks"]}

@@ -69,12 +69,18 @@ print(json.dumps({"device": "cpu", "vllm": "0.17.1", "torch": "2.x", "echo": pay
 """
 
 
+def kernel_check_script(source: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """`source` in place of kernel_check.py, for the processes kernels.run starts."""
+    script = tmp_path / "check.py"
+    script.write_text(source)
+    monkeypatch.setattr(kernels, "SCRIPT", script)
+    return script
+
+
 def test_the_kernel_check_runs_in_the_target_and_its_last_json_line_is_the_report(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    script = tmp_path / "check.py"
-    script.write_text(FAKE_CHECK)
-    monkeypatch.setattr(kernels, "SCRIPT", script)
+    script = kernel_check_script(FAKE_CHECK, tmp_path, monkeypatch)
     shape = kernels.layer_shape("x", "tiny")
     report = kernels.run(sys.executable, shape, tokens=(1, 8), repeat=2, backends=("cpu", "marlin"))
     assert report.results[0]["backend"] == "cpu" and report.not_run[0]["reason"] == "no CUDA GPU"
@@ -85,6 +91,55 @@ def test_the_kernel_check_runs_in_the_target_and_its_last_json_line_is_the_repor
     with pytest.raises(TargetError, match=r"the kernel check failed in .* \(exit 1\): ImportError: no torch"):
         kernels.run(sys.executable, shape)
 
+
+def test_each_gpu_moe_backend_gets_a_process_of_its_own_unless_sequential() -> None:
+    every = kernels.BACKENDS
+
+    def shares(plan: list[kernels.CheckProcess]) -> list[tuple[tuple[str, ...], bool]]:
+        return [(p.backends, p.dense) for p in plan]
+
+    assert shares(kernels.split(every)) == [(("cpu", "flashinfer"), True), (("marlin",), False), (("triton",), False)]
+    assert shares(kernels.split(every, sequential=True)) == [(every, True)]
+    assert shares(kernels.split(("triton", "marlin"))) == [(("triton",), True), (("marlin",), False)]
+    assert shares(kernels.split(("cpu",))) == [(("cpu",), True)]
+    assert [p.label for p in kernels.split(every)] == ["cpu,flashinfer", "marlin", "triton"]
+
+
+# One process of the check: it answers for the backends and token counts it got, and the dense layer if asked.
+SPLIT_CHECK = """
+import json, sys
+payload = json.loads(sys.stdin.readline())
+rows = [{"layer": "moe", "backend": name, "tokens": t, "rel_error": 0.004} for name in payload["backends"]
+        if name in ("marlin", "triton") for t in payload["tokens"]]
+missing = [{"layer": "moe", "backend": name, "reason": "here: " + name} for name in payload["backends"]
+           if name not in ("marlin", "triton")]
+if payload["dense"]:
+    rows.insert(0, {"layer": "qkv", "backend": "cublas", "tokens": 1, "rel_error": 0.001})
+phases = {"start": 1.0, "moe weights and reference": 2.0, **{"moe %s runs" % n: 3.0 for n in payload["backends"]},
+          **({"dense": 0.5} if payload["dense"] else {})}
+print(json.dumps({"device": "GPU", "vllm": "0.20.2", "torch": "2.x", "results": rows, "not_run": missing,
+                  "skipped": [], "phases": phases, "seconds": 9.0}))
+"""
+
+
+def test_the_processes_reports_merge_dense_first_then_each_backend_and_token_count_in_the_order_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = kernel_check_script(SPLIT_CHECK, tmp_path, monkeypatch)
+    shape = kernels.layer_shape("x", "20b")
+    report = kernels.run(sys.executable, shape, tokens=(8, 1), repeat=2, backends=("triton", "cpu", "marlin"))
+    assert [(r["layer"], r["backend"], r["tokens"]) for r in report.results] == [
+        ("qkv", "cublas", 1), ("moe", "triton", 8), ("moe", "triton", 1), ("moe", "marlin", 8), ("moe", "marlin", 1),
+    ]  # fmt: skip - the dense layer once (only the first process checks it), then the backends and counts as asked
+    assert [row["backend"] for row in report.not_run] == ["cpu"]
+    assert report.phases["moe weights and reference (marlin)"] == 2.0 and report.phases["process triton"] == 9.0
+    assert {"moe marlin runs", "start (cpu)", "dense"} <= set(report.phases)
+    together = kernels.run(sys.executable, shape, tokens=(1,), repeat=2, backends=("triton", "marlin"), sequential=True)
+    assert [r["backend"] for r in together.results] == ["cublas", "triton", "marlin"]
+    assert together.phases["start"] == 1.0 and not any(name.startswith("process") for name in together.phases)
+    script.write_text(SPLIT_CHECK + "if 'marlin' in payload['backends']: sys.exit('Marlin died')\n")
+    with pytest.raises(TargetError, match=r"the kernel check failed in .* \(exit 1\): Marlin died"):
+        kernels.run(sys.executable, shape, backends=("triton", "marlin"))
 
 ANSWER = {
     "choices": [

@@ -6,6 +6,15 @@ the venv of `python` on 127.0.0.1 and a free port, in eager mode with small limi
 stop and the health wait are the launcher's own: gptoss_patch.launcher.runner and .http). A
 server that exits or does not come up in time fails the test with the last lines of its log; the log
 file is kept under the test's tmp_path.
+
+`Pool` shares servers across the tests of a session (tests/e2e/conftest.py's `shared` fixture): one
+server per `Spec` (release, patches, hook, arguments, environment), started on first use, each venv a
+private clone that no test mutates. At most `limit` are alive at once: to start another, the one needed
+again last (`next_use`, from what the tests still to run declare), else the least recently used, is stopped
+first; a server no later test needs is stopped after the test that used it last (`retire`), and all are
+stopped, process group and all, when the session ends. Which server is stopped when is only a matter of
+speed: a test gets a ready server of its Spec whatever ran before it. A shared server found dead fails the
+test that asks for it, with its log's tail, and is started afresh for the next one.
 """
 
 from __future__ import annotations
@@ -18,9 +27,10 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Hashable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -164,3 +174,98 @@ def post(url: str, body: Mapping[str, Any], timeout: float = REQUEST_TIMEOUT) ->
     except urllib.error.HTTPError as exc:
         return {"status": exc.code, "error": exc.read().decode("utf-8", "replace")[:500]}
     return json.loads(raw) if not body.get("stream") else {"stream": raw.decode("utf-8", "replace")}
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One shared server: the venv it runs (release, patches, hook) and how it is started.
+
+    `patches`: () stock, a tuple of patch ids applied with engine.apply, or None for `gptoss-patch apply`
+    (the default set, as users do); `hook`: the mode of `gptoss-patch hook install`, or None.
+    """
+
+    version: str
+    patches: tuple[str, ...] | None = ()
+    hook: str | None = None
+    extra: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    launcher_args: tuple[str, ...] = ()
+
+    @property
+    def venv(self) -> tuple[str, tuple[str, ...] | None, str | None]:
+        return self.version, self.patches, self.hook
+
+    def label(self) -> str:
+        patches = "stock" if self.patches == () else "default" if self.patches is None else "+".join(self.patches)
+        return "-".join((self.version, patches, *([f"hook-{self.hook}"] if self.hook else []),
+                         *(f"{k.lower()}-{len(v)}" if len(v) > 8 else f"{k.lower()}-{v}" for k, v in self.env)))
+
+
+@dataclass
+class Pool:
+    """Servers shared by the tests of a session, keyed by Spec; see the module's docstring."""
+
+    prepare: Callable[[Spec], Path]  # the python of a private clone for spec.venv (called once per venv)
+    model: Path
+    log_root: Path
+    limit: int = 4
+    ready_timeout: float = READY_TIMEOUT
+    next_use: Callable[[], Mapping[Spec, int]] = dict  # spec -> how many tests until one needs it (absent: none)
+    alive: OrderedDict[Spec, Server] = field(default_factory=OrderedDict)  # least recently used first
+    venvs: dict[tuple[str, tuple[str, ...] | None, str | None], Path] = field(default_factory=dict)
+    memo: dict[Hashable, Any] = field(default_factory=dict)  # what modules computed once from a server's answers
+    starts: int = 0
+    started: list[str] = field(default_factory=list)  # the labels of the servers started, in order
+
+    def python(self, spec: Spec) -> Path:
+        if spec.venv not in self.venvs:
+            self.venvs[spec.venv] = self.prepare(spec)
+        return self.venvs[spec.venv]
+
+    def get(self, *specs: Spec) -> list[Server]:
+        """A ready server per spec (the same one each time while it lives); the missing ones are started
+        side by side, after stopping others beyond `limit` (see the module's docstring for which)."""
+        for spec in specs:
+            server = self.alive.get(spec)
+            if server is not None and (server.process.poll() is not None or not healthy(server.url)):
+                del self.alive[spec]
+                stop(server.process)
+                raise ServerFailed(f"the shared server {spec.label()} died or stopped answering /health since it was "
+                                   f"last used (exit code {server.process.returncode}); log {server.log}:\n{server.tail()}")
+        missing = list(dict.fromkeys(s for s in specs if s not in self.alive))
+        excess = len(self.alive) + len(missing) - self.limit
+        if excess > 0:
+            upcoming, order = self.next_use(), list(self.alive)
+            others = [s for s in order if s not in specs]
+            # Not needed again first, then the one needed last; least recently used among equals.
+            others.sort(key=lambda s: (-upcoming.get(s, 1 << 30), order.index(s)))
+            for spec in others[:excess]:
+                stop(self.alive.pop(spec).process)
+        started: list[tuple[Spec, Server]] = []
+        try:
+            for spec in missing:
+                python = self.python(spec)
+                self.starts += 1
+                self.started.append(spec.label())
+                log_dir = self.log_root / f"{self.starts:02d}-{spec.label()}"
+                started.append((spec, spawn(python, self.model, log_dir, *spec.extra, env=dict(spec.env),
+                                            launcher_args=spec.launcher_args)))
+            for _, server in started:
+                wait_ready(server, self.ready_timeout)
+        except BaseException:
+            for _, server in started:
+                stop(server.process)
+            raise
+        self.alive.update(started)
+        for spec in specs:
+            self.alive.move_to_end(spec)
+        return [self.alive[spec] for spec in specs]
+
+    def retire(self, wanted: Collection[Spec]) -> None:
+        """Stop every server that no later test wants."""
+        for spec in [s for s in self.alive if s not in wanted]:
+            stop(self.alive.pop(spec).process)
+
+    def close(self) -> None:
+        while self.alive:
+            stop(self.alive.popitem(last=False)[1].process)

@@ -1,11 +1,13 @@
 """gptoss-patch's set-up for vLLM's own tests (copied as conftest.py next to them: tests/support/upstream_tests.py).
 
 Runs in the target interpreter under pytest; imports only the standard library and pytest at module level.
-It sets nothing that an upstream assertion reads. It does four things:
+It sets nothing that an upstream assertion reads. It does five things:
 
 - for each LISTED row with `needs` ("module:name") that this release lacks, binds `name` in `module` (an empty
   stand-in module where the release has none: an older layout) to a placeholder that raises when called, so
   the test file imports; the row's tests are deselected here;
+- for each Suite `moved` entry ("module:name", "source:name") whose name this release lacks, binds `name` in
+  `module` (a stand-in module where the release has none) to the release's own object at `source`;
 - deselects the rows that never run (network, a device, a served model);
 - for each Suite `settings` entry ("module:Class.name", ENV) in force on this release, gives the class a property
   `name`: a test that assigns the fixing release's option sets the patch's variable (JSON) instead, for that test;
@@ -23,7 +25,8 @@ import os
 import sys
 import types
 
-PLAN = json.loads(os.environ.get("GPTOSS_PATCH_UPSTREAM_PLAN", '{"needs": [], "deselect": [], "settings": []}'))
+NO_PLAN = '{"needs": [], "deselect": [], "settings": [], "moved": []}'
+PLAN = json.loads(os.environ.get("GPTOSS_PATCH_UPSTREAM_PLAN", NO_PLAN))
 RESULTS: dict[str, list[str]] = {}
 KEPT_OUT: list[list[str]] = []  # [pattern, why]
 PLACEHOLDERS: set[str] = set()  # module:name bound here
@@ -42,7 +45,7 @@ def _module(name: str):
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:
-        if exc.name != name:
+        if exc.name != name and not name.startswith(f"{exc.name}."):  # not this module or a package above it
             raise
     parent, _, leaf = name.rpartition(".")
     module = sys.modules[name] = types.ModuleType(name)
@@ -60,6 +63,13 @@ for pattern, needs, why in PLAN["needs"]:
     if needs in PLACEHOLDERS:
         KEPT_OUT.append([pattern, f"{why} ({needs} is not in this release)"])
 KEPT_OUT.extend(PLAN["deselect"])
+
+for moved, source in PLAN.get("moved", []):
+    module_name, _, name = moved.partition(":")
+    module = _module(module_name)
+    if not hasattr(module, name):
+        source_module, _, source_name = source.partition(":")
+        setattr(module, name, getattr(importlib.import_module(source_module), source_name))
 
 
 def _setting(name: str, env: str):

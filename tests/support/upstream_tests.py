@@ -19,7 +19,7 @@ Nothing is deselected anywhere else.
 The shim only sets things up: offline vocabulary and Hugging Face cache, and, for a name a test file
 imports that an older release lacks, a placeholder that raises when called (so the module imports;
 the tests that need the name are LISTED with `needs`, and not run there). It never edits an upstream
-file or assertion. Two more pieces of set-up, each declared on its Suite:
+file or assertion. Three more pieces of set-up, each declared on its Suite:
 
 - `hub_models`: the Hugging Face repos whose tokenizer and generation config the files load
   (`AutoTokenizer.from_pretrained("openai/gpt-oss-20b")`). run() puts the files of the tiny random gpt-oss
@@ -32,6 +32,9 @@ file or assertion. Two more pieces of set-up, each declared on its Suite:
   that name on the releases older than the setting's `before`: assigning to it sets the variable for
   that test (restored after it). The test configures the patched release through its own option, and its
   assertions stay as they are.
+- `moved`: a name a file imports from the module where a later release moved it, which an older release defines
+  elsewhere: on a release that lacks it there, the shim binds that release's own object under the new name (the
+  module an empty stand-in where the release has none), so the tests that use it run against the real thing.
 
 pytest and pytest-asyncio are not in the harness recipe (adding them to harness-requirements.txt would
 rebuild every harness venv): `install_pytest` puts the PYTEST_STACK wheels, from the wheel cache,
@@ -75,6 +78,15 @@ class Setting:
 
 
 @dataclass(frozen=True)
+class Moved:
+    """A name the files import from `name` (module:name) that older releases define at `source` (module:name)."""
+
+    name: str
+    source: str  # bound under `name` on a release that lacks `name` (never where it has it)
+    why: str
+
+
+@dataclass(frozen=True)
 class Suite:
     """Upstream's tests of one patch's fix: which release they come from, which files, where they run."""
 
@@ -86,6 +98,7 @@ class Suite:
     stock_run: str  # the release whose stock harness gives the pass set: the fixing release, or the next one built
     hub_models: tuple[str, ...] = ()  # Hugging Face repos the files load a tokenizer from: the tiny gpt-oss's, offline
     settings: tuple[Setting, ...] = ()  # the patch's own option, set where the test sets the fixing release's
+    moved: tuple[Moved, ...] = ()  # names the files import from where a later release moved them
 
 
 @dataclass(frozen=True)
@@ -126,17 +139,24 @@ SUITES = {
         patched=("0.15.1", "0.17.1", "0.18.0", "0.22.1"),  # both ends of both bands
         stock_run="0.23.0",
     ),
-    # 0.32.0's fix, tested by 0.33.0's copy of the file (one sdist for both suites below). 0.31.0 is the newest
-    # release of the HarmonyParser band (0.24.0-0.31.x); the chat-generator band (0.15.1-0.23.x) has no
-    # vllm.parser.harmony, which the file imports at the top, so nothing of it could run there.
+    # 0.32.0's fix, tested by 0.33.0's copy of the file (one sdist for both suites below), on both ends of the
+    # HarmonyParser band (0.24.0-0.31.x; on 0.24.0 the HarmonyParser changes of 0.25.0 and 0.31.0 are LISTED); the
+    # chat-generator band (0.15.1-0.23.x) has no vllm.parser.harmony, which the file imports at the top, so nothing
+    # of it could run there.
     "harmony_stream_guard": Suite(
         patch="harmony_stream_guard",
         release="0.33.0",
         files=(HARMONY_TESTS,),
         support=(),
-        patched=("0.31.0",),
+        patched=("0.24.0", "0.31.0"),
         stock_run="0.33.0",
         hub_models=("openai/gpt-oss-20b",),
+        moved=(Moved(
+            "vllm.entrypoints.generate.base.protocol:FunctionCall",
+            "vllm.entrypoints.openai.engine.protocol:FunctionCall",
+            why="the file imports FunctionCall (only to annotate its helper tool_call_tuples) from where 0.29.0 moved "
+                "it; 0.24.0-0.28.0 define the same model in vllm.entrypoints.openai.engine.protocol",
+        ),),
     ),
     # 0.33.0's --reasoning-effort-map tests drive OnlineRenderer (0.25.0 on); 0.31.0 lies in the OnlineRenderer band
     # of both patches that map (harmony_reasoning_effort, harmony_reasoning_effort_none: 0.25.0-0.32.x). 0.18.0-0.24.x
@@ -199,6 +219,32 @@ LISTED = (
            "structured output for harmony requests (xgrammar), unrelated to the stream guard; its fixture builds a "
            "VllmConfig, which needs a device: the CPU harness runs vLLM's CUDA build without a GPU (G25)",
            suite="harmony_stream_guard", everywhere=True),
+    # 0.24.0, the oldest release of the HarmonyParser band, predates these HarmonyParser changes (each checked on the
+    # 0.24.0-0.31.0 wheels). Stock 0.24.0 fails the same tests the same way: the guard changes none of them.
+    *(Listed(f"{HARMONY_TESTS}::{name}", why, before=before, suite="harmony_stream_guard")
+      for before, why, names in (
+        ("0.25.0", "HarmonyParser.flush() (process_eos(), then a parser reset: vllm#46437) comes with 0.25.0, "
+                   "unrelated to the guard: 0.24.0 has no such method",
+         ("TestFlush::test_flush",)),
+        ("0.25.0", "the parser reset after parse() and a finished parse_delta() (flush(), vllm#46437) comes with "
+                   "0.25.0, unrelated to the guard: on 0.24.0 the test's content assertions pass and only its last "
+                   "check fails, which reads the reset state (_parser, _current_message_tokens) of 0.25.0's parser",
+         ("TestParse::test_interrupted_first_message", "TestParse::test_interrupted_reasoning_first_message",
+          "TestParse::test_truncated_output", "TestParseDelta::test_basic")),
+        ("0.25.0", "an output that ends in a non-terminal state returns its unparsed tail as final content "
+                   "(flush() catching process_eos()'s HarmonyError: vllm#47062, vllm#47379) from 0.25.0; 0.24.0 drops "
+                   "the tail. No token is rejected mid-stream there, so the guard is not involved",
+         ("TestFlush::test_flush_recovers_invalid_output", "TestParse::test_malformed_msgs_recovers_raw_content",
+          "TestParseDelta::test_malformed_msgs_recovers_raw_content")),
+        ("0.25.0", "HarmonyParser._normalize_recipient (a `<|constrain|>json` that openai-harmony parses as the "
+                   "recipient of a final message is dropped) comes with 0.25.0, unrelated to the guard",
+         ("TestProcessChunk::test_constrained_output_segment_recipient_normalized",)),
+        ("0.31.0", "HarmonyParser.count_reasoning_tokens (chat usage's reasoning-token count) comes with 0.31.0, a "
+                   "later feature: 0.24.0-0.30.0 have no such method",
+         tuple(f"TestCountReasoningTokens::{test}" for test in (
+             "test_matches_process_chunk", "test_excludes_harmony_control_tokens", "test_final_only_has_no_reasoning",
+             "test_streaming_reuses_running_total", "test_does_not_disturb_stream_state"))),
+      ) for name in names),
     Listed(f"{RENDER_PARITY_TESTS}::*",
            "OnlineRenderer comes with 0.25.0; 0.18.0-0.24.x build the harmony request in OpenAIServingRender, "
            "checked with {\"none\": \"low\"} through the real builder of 0.18.0 and 0.22.1 by "
@@ -312,6 +358,7 @@ def run(python: Path, root: Path, suite: Suite, version: str) -> dict[str, Outco
         "needs": [[row.pattern, row.needs, row.why] for row in LISTED if row.needs and row.suite == suite.patch],
         "deselect": [[row.pattern, row.why] for row in LISTED if row.everywhere and row.suite == suite.patch],
         "settings": [[s.attribute, s.env] for s in suite.settings if Version(version) < Version(s.before)],
+        "moved": [[m.name, m.source] for m in suite.moved],
     }
     for repo in suite.hub_models:
         offline_hub_model(python, root / ".hf", repo)

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 from gptoss_patch.bench.schedule import Run, bench_argv, schedule, warmup
 from gptoss_patch.bench.servers import HEALTH_INTERVAL, TAIL_LINES, RunningServer, check_ports, start_side_by_side
@@ -133,12 +133,16 @@ def _drive(
             raise BenchFailed(str(message["fatal"]))
         last = time.monotonic()
         done += 1
-        if "error" in message:
-            _raise_for(message, runs, servers)
         run_ = runs.get(str(message["id"]))
+        if "error" in message:
+            name = run_.server if run_ else str(message.get("id")).rsplit("-", 1)[-1]
+            _raise_for(f"vllm bench serve failed against the {name} server: {message['error']}", name, servers)
         if run_ is None:
             continue  # a warm-up
-        sample = sample_from(message.get("result") or {}, run_)
+        try:
+            sample = sample_from(message.get("result") or {}, run_)
+        except BenchFailed as exc:  # every request failed: most often the server broke (out of memory, a crash)
+            _raise_for(str(exc), run_.server, servers)
         samples.append(sample)
         notify(
             f"round {run_.round + 1} c={run_.concurrency} {run_.server}: {sample.generation:.1f} tok/s, TPOT {sample.tpot_ms:.2f} ms"
@@ -146,15 +150,13 @@ def _drive(
     return samples
 
 
-def _raise_for(message: dict[str, Any], runs: dict[str, Run], servers: Sequence[RunningServer]) -> None:
+def _raise_for(what: str, name: str, servers: Sequence[RunningServer]) -> NoReturn:
+    """A failed run as BenchFailed with the server's last lines: the server's own failure where it has exited."""
     time.sleep(HEALTH_INTERVAL)  # a server that broke the run is usually gone a moment later
     for server in servers:
         if not server.alive():
-            raise server.failure(f"died during the benchmark (exit code {server.child.returncode})")
-    run_ = runs.get(str(message.get("id")))
-    name = run_.server if run_ else str(message.get("id")).rsplit("-", 1)[-1]
+            raise server.failure(f"died during the benchmark (exit code {server.child.returncode}); {what}")
     named = next((s for s in servers if s.spec.name == name), None)
-    what = f"vllm bench serve failed against the {name} server: {message['error']}"
     if named is None:
         raise BenchFailed(what)
     raise BenchFailed(what, last_lines=list(named.tail)[-TAIL_LINES:], log_file=named.log_file)

