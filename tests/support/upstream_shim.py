@@ -1,13 +1,16 @@
 """gptoss-patch's set-up for vLLM's own tests (copied as conftest.py next to them: tests/support/upstream_tests.py).
 
 Runs in the target interpreter under pytest; imports only the standard library and pytest at module level.
-It sets nothing that an upstream assertion reads. It does five things:
+It sets nothing that an upstream assertion reads. It does six things:
 
 - for each LISTED row with `needs` ("module:name") that this release lacks, binds `name` in `module` (an empty
   stand-in module where the release has none: an older layout) to a placeholder that raises when called, so
   the test file imports; the row's tests are deselected here;
 - for each Suite `moved` entry ("module:name", "source:name") whose name this release lacks, binds `name` in
   `module` (a stand-in module where the release has none) to the release's own object at `source`;
+- for each Suite `keywords` entry ("module:Class", keyword, value) whose `Class.__init__` has no such parameter on
+  this release (it has no such switch, and behaves as `value` does where there is one), drops that keyword from
+  the calls when it carries `value` (any other value raises TypeError) and calls the release's own `__init__`;
 - deselects the rows that never run (network, a device, a served model);
 - for each Suite `settings` entry ("module:Class.name", ENV) in force on this release, gives the class a property
   `name`: a test that assigns the fixing release's option sets the patch's variable (JSON) instead, for that test;
@@ -19,13 +22,15 @@ The environment (offline vocabulary, offline Hugging Face cache) is set by upstr
 from __future__ import annotations
 
 import fnmatch
+import functools
 import importlib
+import inspect
 import json
 import os
 import sys
 import types
 
-NO_PLAN = '{"needs": [], "deselect": [], "settings": [], "moved": []}'
+NO_PLAN = '{"needs": [], "deselect": [], "settings": [], "moved": [], "keywords": []}'
 PLAN = json.loads(os.environ.get("GPTOSS_PATCH_UPSTREAM_PLAN", NO_PLAN))
 RESULTS: dict[str, list[str]] = {}
 KEPT_OUT: list[list[str]] = []  # [pattern, why]
@@ -70,6 +75,30 @@ for moved, source in PLAN.get("moved", []):
     if not hasattr(module, name):
         source_module, _, source_name = source.partition(":")
         setattr(module, name, getattr(importlib.import_module(source_module), source_name))
+
+
+def _without(init, owner: str, keyword: str, value):
+    """`init` taking `keyword` as well, where the release has no such parameter: only `value` (what it behaves as)."""
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        if keyword in kwargs:
+            given = kwargs.pop(keyword)
+            if type(given) is not type(value) or given != value:
+                raise TypeError(f"{owner} of this vLLM release has no {keyword}: it behaves as {keyword}={value!r} "
+                                f"only, so {keyword}={given!r} cannot be set up (gptoss-patch's upstream-test shim)")
+        init(self, *args, **kwargs)
+
+    return __init__
+
+
+for owner, keyword, value in PLAN.get("keywords", []):
+    if owner in PLACEHOLDERS:  # a `needs` row's class this release lacks: its tests are deselected
+        continue
+    module_name, _, class_name = owner.partition(":")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    if keyword not in inspect.signature(cls.__init__).parameters:
+        cls.__init__ = _without(cls.__init__, owner, keyword, value)
 
 
 def _setting(name: str, env: str):

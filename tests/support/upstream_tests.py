@@ -19,7 +19,7 @@ Nothing is deselected anywhere else.
 The shim only sets things up: offline vocabulary and Hugging Face cache, and, for a name a test file
 imports that an older release lacks, a placeholder that raises when called (so the module imports;
 the tests that need the name are LISTED with `needs`, and not run there). It never edits an upstream
-file or assertion. Three more pieces of set-up, each declared on its Suite:
+file or assertion. Four more pieces of set-up, each declared on its Suite:
 
 - `hub_models`: the Hugging Face repos whose tokenizer and generation config the files load
   (`AutoTokenizer.from_pretrained("openai/gpt-oss-20b")`). run() puts the files of the tiny random gpt-oss
@@ -35,6 +35,10 @@ file or assertion. Three more pieces of set-up, each declared on its Suite:
 - `moved`: a name a file imports from the module where a later release moved it, which an older release defines
   elsewhere: on a release that lacks it there, the shim binds that release's own object under the new name (the
   module an empty stand-in where the release has none), so the tests that use it run against the real thing.
+- `keywords`: a keyword a file passes to a constructor whose older releases lack that parameter because they
+  have no such switch, and behave as the file's value asks: where the release's `__init__` has no parameter of
+  that name, the shim drops the keyword when its value is that one (any other value raises TypeError, since the
+  release cannot do it). The object is the release's own, built with every other argument as the file passes it.
 
 pytest and pytest-asyncio are not in the harness recipe (adding them to harness-requirements.txt would
 rebuild every harness venv): `install_pytest` puts the PYTEST_STACK wheels, from the wheel cache,
@@ -87,6 +91,20 @@ class Moved:
 
 
 @dataclass(frozen=True)
+class Keyword:
+    """A keyword the files pass to `owner` (module:Class) that older releases' __init__ lacks, being without the switch.
+
+    Those releases always behave as `keyword=value` does on the release that has it (`why` says how that was checked
+    on the wheels), so the shim drops it there when the value is `value`, and only then.
+    """
+
+    owner: str
+    keyword: str
+    value: bool | str | int | None  # the value whose behaviour releases without the parameter have
+    why: str
+
+
+@dataclass(frozen=True)
 class Suite:
     """Upstream's tests of one patch's fix: which release they come from, which files, where they run."""
 
@@ -99,6 +117,7 @@ class Suite:
     hub_models: tuple[str, ...] = ()  # Hugging Face repos the files load a tokenizer from: the tiny gpt-oss's, offline
     settings: tuple[Setting, ...] = ()  # the patch's own option, set where the test sets the fixing release's
     moved: tuple[Moved, ...] = ()  # names the files import from where a later release moved them
+    keywords: tuple[Keyword, ...] = ()  # constructor keywords of a later switch, dropped where the release lacks it
 
 
 @dataclass(frozen=True)
@@ -158,19 +177,36 @@ SUITES = {
                 "it; 0.24.0-0.28.0 define the same model in vllm.entrypoints.openai.engine.protocol",
         ),),
     ),
-    # 0.33.0's --reasoning-effort-map tests drive OnlineRenderer (0.25.0 on); 0.31.0 lies in the OnlineRenderer band
-    # of both patches that map (harmony_reasoning_effort, harmony_reasoning_effort_none: 0.25.0-0.32.x). 0.18.0-0.24.x
-    # build the harmony request in OpenAIServingRender, which the file never calls (the `needs` row below).
+    # 0.33.0's --reasoning-effort-map tests drive OnlineRenderer (0.25.0 on), on 0.25.0, the oldest release of the
+    # OnlineRenderer band of harmony_reasoning_effort_none (0.25.0-0.32.x; harmony_reasoning_effort maps on all of
+    # 0.18.0-0.32.x), and on 0.31.0: on 0.25.0
+    # the Chat/Responses parity tests need OnlineRenderer.render_responses (0.30.0) and the `none` rejection test
+    # 0.30.0's VLLMValidationError (LISTED below); the effort-map test itself runs there. 0.18.0-0.24.x build the harmony
+    # request in OpenAIServingRender, which the file never calls (the `needs` row below).
     "harmony_reasoning_effort": Suite(
         patch="harmony_reasoning_effort",
         release="0.33.0",
         files=(RENDER_PARITY_TESTS,),
         support=(),
-        patched=("0.31.0",),
+        patched=("0.25.0", "0.31.0"),
         stock_run="0.33.0",
         settings=(Setting(
             f"{ONLINE_RENDERER}:OnlineRenderer.reasoning_effort_map", EFFORT_MAP_ENV, before="0.33.0",
             why=f"0.33.0's --reasoning-effort-map sets this attribute; the patches read the same JSON from {EFFORT_MAP_ENV}",
+        ),),
+        moved=(Moved(
+            "vllm.entrypoints.serve.engine.protocol:ErrorResponse",
+            "vllm.entrypoints.openai.engine.protocol:ErrorResponse",
+            why="the file imports ErrorResponse (for `assert not isinstance(result, ErrorResponse)` in its capture helpers) "
+                "from where 0.29.0 moved it; 0.25.0-0.28.0 define it in vllm.entrypoints.openai.engine.protocol, which "
+                "their OnlineRenderer returns",
+        ),),
+        keywords=(Keyword(
+            f"{ONLINE_RENDERER}:OnlineRenderer", "trust_request_mm_kwargs", True,
+            why="the fixture passes trust_request_mm_kwargs=True (--trust-request-mm-kwargs, 0.31.0); in 0.31.0-0.33.0 it "
+                "gates only validate_request_mm_kwargs, which returns at once when it is True and otherwise rejects a "
+                "request's mm_processor_kwargs/media_io_kwargs. 0.25.0-0.30.0 have no such check anywhere (the name is "
+                "in none of their files): they always take those kwargs, as True does. No test sends multimodal content",
         ),),
     ),
 }
@@ -245,6 +281,30 @@ LISTED = (
              "test_matches_process_chunk", "test_excludes_harmony_control_tokens", "test_final_only_has_no_reasoning",
              "test_streaming_reuses_running_total", "test_does_not_disturb_stream_state"))),
       ) for name in names),
+    # 0.25.0, the oldest release of the OnlineRenderer band, predates these (each checked on the 0.25.0-0.33.0 wheels);
+    # stock 0.25.0 fails them the same way. The effort-map test (test_effort_map_applies_to_harmony) is not among them.
+    *(Listed(f"{RENDER_PARITY_TESTS}::{name}",
+             "Chat/Responses render-input parity through OnlineRenderer.render_responses, which comes with 0.30.0 (the "
+             "Responses request rendered by the shared OnlineRenderer); 0.25.0-0.29.0 render it in OpenAIServingResponses, "
+             "so the file's _capture_responses fails (AttributeError) after the Chat side rendered. The template path of "
+             "a llama config, not harmony: unrelated to the effort map",
+             before="0.30.0", suite="harmony_reasoning_effort")
+      for name in (
+        "TestConversationRenderParity::test_multiturn_tool_calling",
+        *(f"TestToolsRenderParity::test_tools_with_tool_choice[[]{choice}]" for choice in ("auto", "required", "named")),
+        *(f"TestToolsRenderParity::test_tools_with_tool_choice_none[[]{tools}]" for tools in ("include_tools", "exclude_tools")),
+        "TestToolsRenderParity::test_function_tool_optional_fields",
+        *(f"TestReasoningRenderParity::test_reasoning_effort[[]{effort}]"
+          for effort in ("none", "minimal", "low", "medium", "high", "xhigh")),
+        "TestReasoningRenderParity::test_explicit_enable_thinking_not_overridden",
+        "TestTemplateKwargsRenderParity::test_unset_template_values_preserve_defaults",
+        "TestTemplateKwargsRenderParity::test_passthrough_fields",
+    )),
+    Listed(f"{RENDER_PARITY_TESTS}::TestReasoningRenderParity::test_reasoning_effort_none_rejected_by_harmony",
+           "0.25.0-0.29.0 reject reasoning_effort='none' with a plain ValueError (same message); VLLMValidationError with "
+           "parameter='reasoning_effort', which the test expects, comes with 0.30.0. Patched 0.25.0 without a map still "
+           "rejects `none`, with stock's ValueError",
+           before="0.30.0", suite="harmony_reasoning_effort"),
     Listed(f"{RENDER_PARITY_TESTS}::*",
            "OnlineRenderer comes with 0.25.0; 0.18.0-0.24.x build the harmony request in OpenAIServingRender, "
            "checked with {\"none\": \"low\"} through the real builder of 0.18.0 and 0.22.1 by "
@@ -359,6 +419,7 @@ def run(python: Path, root: Path, suite: Suite, version: str) -> dict[str, Outco
         "deselect": [[row.pattern, row.why] for row in LISTED if row.everywhere and row.suite == suite.patch],
         "settings": [[s.attribute, s.env] for s in suite.settings if Version(version) < Version(s.before)],
         "moved": [[m.name, m.source] for m in suite.moved],
+        "keywords": [[k.owner, k.keyword, k.value] for k in suite.keywords],
     }
     for repo in suite.hub_models:
         offline_hub_model(python, root / ".hf", repo)
