@@ -179,7 +179,7 @@ SUITES = {
     ),
     # 0.33.0's --reasoning-effort-map tests drive OnlineRenderer (0.25.0 on), on 0.25.0, the oldest release of the
     # OnlineRenderer band of harmony_reasoning_effort_none (0.25.0-0.32.x; harmony_reasoning_effort maps on all of
-    # 0.18.0-0.32.x), and on 0.31.0: on 0.25.0
+    # 0.18.0-0.32.x), and on 0.32.0, its newest: on 0.25.0
     # the Chat/Responses parity tests need OnlineRenderer.render_responses (0.30.0) and the `none` rejection test
     # 0.30.0's VLLMValidationError (LISTED below); the effort-map test itself runs there. 0.18.0-0.24.x build the harmony
     # request in OpenAIServingRender, which the file never calls (the `needs` row below).
@@ -188,7 +188,7 @@ SUITES = {
         release="0.33.0",
         files=(RENDER_PARITY_TESTS,),
         support=(),
-        patched=("0.25.0", "0.31.0"),
+        patched=("0.25.0", "0.32.0"),
         stock_run="0.33.0",
         settings=(Setting(
             f"{ONLINE_RENDERER}:OnlineRenderer.reasoning_effort_map", EFFORT_MAP_ENV, before="0.33.0",
