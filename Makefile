@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 # The tests of `make check`: none with a marker that stands for a download (tests/support/markers.py).
 FAST_TESTS := not upstream and not harness and not server
+# The rest. .ci/run runs `make check`, then `make test TEST_ARGS='-m "$(SLOW_TESTS)"'`: each test once.
+SLOW_TESTS := upstream or harness or server
 
 .PHONY: demo test check bench matrix fuzz
 
@@ -27,7 +29,7 @@ check: $(VENV)/.dev-installed
 	    $(VENV)/bin/python -m pytest -p no:cacheprovider --hypothesis-profile check -m "$(FAST_TESTS)"
 
 test: $(VENV)/.installed
-	$(VENV)/bin/python -m pytest
+	$(VENV)/bin/python -m pytest --prewarm $(TEST_ARGS)
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/python scripts/demo.py

