@@ -9,13 +9,12 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from tests.support import artefacts, markers, prewarm
+from tests.support import artefacts, markers
 
 pytest.register_assert_rewrite("tests.support.tools")
 pytest_plugins = ["tests.support.failures"]
 
 ORDERS = ("collected", "reverse", "random")
-PREWARMED = pytest.StashKey[list[str]]()  # the prewarm's lines, for the terminal summary
 settings.register_profile("check", max_examples=10)  # `make check` (--hypothesis-profile check): fewer examples
 
 
@@ -38,8 +37,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--order", choices=ORDERS, default="collected",
                      help="run the tests in collection order, reversed, or shuffled (proves no test needs another first)")
     parser.addoption("--order-seed", type=int, default=None, help="seed for --order random (default: printed, random)")
-    parser.addoption(prewarm.OPTION, action="store_true",
-                     help="download and build what the selected tests need in a second process while they run (make test)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -64,23 +61,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items.reverse()
     elif order == "random":
         random.Random(config.getoption("order_seed")).shuffle(items)
-
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    if session.config.getoption("prewarm") and not session.config.option.collectonly:
-        prewarm.start(session.items)
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    session.config.stash[PREWARMED] = prewarm.stop()
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
-    lines = config.stash.get(PREWARMED, [])
-    made = sum("ready in" in line for line in lines)
-    failed = [line for line in lines if ": failed: " in line]
-    if lines:
-        terminalreporter.write_line(f"prewarm: {made} artefacts made beside the tests, {len(failed)} failed "
-                                    f"(each then made by the test that needs it); {lines[-1].removeprefix('prewarm: ')}")
-    for line in failed:
-        terminalreporter.write_line(line)

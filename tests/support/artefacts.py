@@ -197,13 +197,19 @@ def _download(cache: Path, requirement: str, name: str, version: str) -> Path:
     _refuse_offline(requirement, cache)
     _progress(f"{requirement}: not in {cache}; downloading it with pip")
     why = "pip download failed"
-    try:
-        proc = subprocess.run([*_pip_download(cache), requirement], capture_output=True, text=True,
-                              timeout=DOWNLOAD_TIMEOUT, check=False)
-        errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR")]
-        why = (errors or proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
-    except subprocess.TimeoutExpired:
-        why = f"no answer within {DOWNLOAD_TIMEOUT} s"
+    # pip writes into --dest as it goes; a reader of the cache (which looks without the lock) must never find
+    # half a wheel, so pip writes into a scratch folder and the whole file is renamed into the cache.
+    with tempfile.TemporaryDirectory(prefix=".download-", dir=cache) as scratch:
+        try:
+            proc = subprocess.run([*_pip_download(Path(scratch)), requirement], capture_output=True, text=True,
+                                  timeout=DOWNLOAD_TIMEOUT, check=False)
+            errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR")]
+            why = (errors or proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        except subprocess.TimeoutExpired:
+            why = f"no answer within {DOWNLOAD_TIMEOUT} s"
+        fetched = _cached(Path(scratch), name, version)
+        if fetched is not None:
+            os.replace(fetched, cache / fetched.name)
     found = _cached(cache, name, version)
     if found is None:
         raise MissingArtefact(f"missing artefact: the {requirement} wheel from {SOURCE} is not in {cache} "
