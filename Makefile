@@ -29,7 +29,7 @@ check: $(VENV)/.dev-installed
 	    $(VENV)/bin/python -m pytest -p no:cacheprovider --hypothesis-profile check -m "$(FAST_TESTS)"
 
 test: $(VENV)/.installed
-	$(VENV)/bin/python -m pytest $(TEST_ARGS)
+	$(VENV)/bin/python -m pytest --prewarm $(TEST_ARGS)
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/python scripts/demo.py

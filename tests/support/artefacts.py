@@ -34,10 +34,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from gptoss_patch import paths
+from gptoss_patch import paths, wheels
 from tests.support.markers import OFFLINE_ENV
 
 DOWNLOAD_TIMEOUT = 900  # seconds for one `pip download` (a vLLM wheel is 250-510 MB)
+PIP = (sys.executable, "-m", "pip")  # the suite's own pip (the dev venv's), whatever pip the tool would pick
 SOURCE = "PyPI (through pip's configured index)"
 
 
@@ -190,26 +191,19 @@ def _is_extension(member: str) -> bool:
 
 def fetch_command(requirement: str) -> str:
     """The command that puts `requirement`'s wheel into the cache by hand."""
-    return " ".join([*_pip_download(wheel_cache()), shlex.quote(requirement)])
+    return shlex.join(wheels.pip_download(PIP, requirement, wheel_cache()))
 
 
 def _download(cache: Path, requirement: str, name: str, version: str) -> Path:
     _refuse_offline(requirement, cache)
     _progress(f"{requirement}: not in {cache}; downloading it with pip")
     why = "pip download failed"
-    # pip writes into --dest as it goes; a reader of the cache (which looks without the lock) must never find
-    # half a wheel, so pip writes into a scratch folder and the whole file is renamed into the cache.
-    with tempfile.TemporaryDirectory(prefix=".download-", dir=cache) as scratch:
-        try:
-            proc = subprocess.run([*_pip_download(Path(scratch)), requirement], capture_output=True, text=True,
-                                  timeout=DOWNLOAD_TIMEOUT, check=False)
-            errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR")]
-            why = (errors or proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
-        except subprocess.TimeoutExpired:
-            why = f"no answer within {DOWNLOAD_TIMEOUT} s"
-        fetched = _cached(Path(scratch), name, version)
-        if fetched is not None:
-            os.replace(fetched, cache / fetched.name)
+    try:
+        proc = wheels.download_whole(PIP, requirement, cache, timeout=DOWNLOAD_TIMEOUT)
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR")]
+        why = (errors or proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+    except subprocess.TimeoutExpired:
+        why = f"no answer within {DOWNLOAD_TIMEOUT} s"
     found = _cached(cache, name, version)
     if found is None:
         raise MissingArtefact(f"missing artefact: the {requirement} wheel from {SOURCE} is not in {cache} "
@@ -226,12 +220,6 @@ def _refuse_offline(requirement: str, cache: Path) -> None:
                           f"which is not in {cache}; a test that needs a download must carry the `upstream` marker "
                           "(or `harness`/`server`), best from its fixture's @needs(...) (tests/support/markers.py), "
                           "to stay out of make check")
-
-
-def _pip_download(cache: Path) -> list[str]:
-    # --no-cache-dir: this cache is the cache; pip's own would hold every wheel a second time (11+ GB cold).
-    return [sys.executable, "-m", "pip", "download", "--no-deps", "--no-cache-dir", "--only-binary=:all:",
-            "--dest", str(cache)]
 
 
 def _cached(cache: Path, name: str, version: str) -> Path | None:
