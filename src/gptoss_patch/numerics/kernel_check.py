@@ -191,6 +191,31 @@ def reference_moe(torch, x, logits, layer: dict, topk: int, limit: float):
     return out.cpu()
 
 
+def make_weights(torch, shape: dict, scale_bytes, count: int, topk: int, device: str, *, seed: int) -> dict:
+    """One MoE layer's random weights, as `model random` makes them, drawn on `device` (an H100 draws the 20b
+    shape's 0.5 GB in milliseconds where the CPU took seconds) from a generator seeded with `seed`: every
+    process of one check draws the same layer."""
+    hidden, inter = shape["hidden_size"], shape["intermediate_size"]
+    low, high = scale_bytes
+    gen = torch.Generator(device=device).manual_seed(seed)
+
+    def uint8(low_byte: int, high_byte: int, size: tuple[int, ...]):
+        return torch.randint(low_byte, high_byte, size, dtype=torch.uint8, device=device, generator=gen)
+
+    def bias(size: tuple[int, ...]):
+        return (torch.randn(size, device=device, generator=gen) * 0.02).to(torch.bfloat16)
+
+    return {
+        "w13_blocks": uint8(0, 256, (count, 2 * inter, hidden // 2)),
+        "w13_scales": uint8(low, high + 1, (count, 2 * inter, hidden // 32)),
+        "w2_blocks": uint8(0, 256, (count, hidden, inter // 2)),
+        "w2_scales": uint8(low, high + 1, (count, hidden, inter // 32)),
+        "b13": bias((count, 2 * inter)),
+        "b2": bias((count, hidden)),
+        "topk": topk, "limit": float(shape.get("swiglu_limit", 7.0)), "experts": count,
+    }  # fmt: skip
+
+
 def experts(torch, payload: dict, shape: dict, tokens: list[int], repeat: int, device: str, report: dict) -> None:
     wanted = []
     for name in payload.get("backends") or list(BACKENDS):
@@ -201,36 +226,22 @@ def experts(torch, payload: dict, shape: dict, tokens: list[int], repeat: int, d
             wanted.append(name)
     if not wanted:  # nothing to compare: no weights, no reference
         return
-    # Seeded here, not only at the start: a process that also checks the dense layer draws from the generator
-    # first, and every process of one check must make the same MoE weights and inputs.
-    torch.manual_seed(int(payload.get("seed", 0)) + 1)
-    hidden, inter = shape["hidden_size"], shape["intermediate_size"]
-    count, topk, limit = shape["num_local_experts"], shape["experts_per_token"], float(shape.get("swiglu_limit", 7.0))
-    low, high = payload.get("scale_bytes", [118, 122])
-    w13_blocks = torch.randint(0, 256, (count, 2 * inter, hidden // 2), dtype=torch.uint8)
-    w13_scales = torch.randint(low, high + 1, (count, 2 * inter, hidden // 32), dtype=torch.uint8)
-    w2_blocks = torch.randint(0, 256, (count, hidden, inter // 2), dtype=torch.uint8)
-    w2_scales = torch.randint(low, high + 1, (count, hidden, inter // 32), dtype=torch.uint8)
-    b13 = (torch.randn(count, 2 * inter) * 0.02).to(torch.bfloat16)
-    b2 = (torch.randn(count, hidden) * 0.02).to(torch.bfloat16)
-    weights = {
-        "w13_blocks": w13_blocks, "w13_scales": w13_scales, "w2_blocks": w2_blocks, "w2_scales": w2_scales,
-        "b13": b13, "b2": b2, "topk": topk, "limit": limit, "experts": count,
-    }  # fmt: skip
+    hidden, count, topk = shape["hidden_size"], shape["num_local_experts"], shape["experts_per_token"]
     phase = time.monotonic()
-    # The reference runs on the device (float64: an H100 does the 20b shape's 512 tokens in well under a second)
-    on_device = {
-        "w13_blocks": w13_blocks.to(device), "w13_scales": w13_scales.to(device), "w2_blocks": w2_blocks.to(device),
-        "w2_scales": w2_scales.to(device), "b13": b13.double().to(device), "b2": b2.double().to(device),
-    }  # fmt: skip
+    # Its own seed, not the generator the dense layer drew from: every process of one check makes the same layer.
+    weights = make_weights(
+        torch, shape, payload.get("scale_bytes", [118, 122]), count, topk, device, seed=int(payload.get("seed", 0)) + 1
+    )
+    # The reference runs where the weights are (float64: an H100 does the 20b shape's 512 tokens in under a second)
+    layer64 = {**weights, "b13": weights["b13"].double(), "b2": weights["b2"].double()}
     inputs = []
     for n in tokens:
         torch.manual_seed(int(payload.get("seed", 0)) + 1 + n)  # the batch of n tokens, whatever else is asked
         x = torch.randn(n, hidden).to(torch.bfloat16)
         logits = torch.randn(n, count, dtype=torch.float32)
-        ref = reference_moe(torch, x, logits, on_device, topk, limit)
+        ref = reference_moe(torch, x, logits, layer64, topk, weights["limit"])
         inputs.append((x, logits, ref))
-    del on_device
+    del layer64
     report["phases"]["moe weights and reference"] = round(time.monotonic() - phase, 1)
     for name in wanted:
         phase = time.monotonic()
@@ -312,25 +323,25 @@ def cpu_backend(torch, weights: dict, device: str):
 
 def _padded(torch, weights: dict, hidden: int, inter: int):
     """MXFP4 tensors padded with zero weights (scale byte 127) to `hidden` x `inter`, as vLLM pads for a kernel."""
-    count = weights["experts"]
+    count, where = weights["experts"], weights["w2_blocks"].device
     h0, i0 = weights["w2_blocks"].shape[1], weights["w2_blocks"].shape[2] * 2
 
     def pad(blocks, scales, rows: int, cols: int, row_of=None):
-        new_blocks = torch.zeros(count, rows, cols // 2, dtype=torch.uint8)
-        new_scales = torch.full((count, rows, cols // 32), 127, dtype=torch.uint8)
+        new_blocks = torch.zeros(count, rows, cols // 2, dtype=torch.uint8, device=where)
+        new_scales = torch.full((count, rows, cols // 32), 127, dtype=torch.uint8, device=where)
         src_rows = blocks.shape[1]
-        index = row_of if row_of is not None else torch.arange(src_rows)
+        index = row_of if row_of is not None else torch.arange(src_rows, device=where)
         new_blocks[:, index, : blocks.shape[2]] = blocks
         new_scales[:, index, : scales.shape[2]] = scales
         return new_blocks, new_scales
 
     # w13 rows are gate/up interleaved per intermediate unit: row 2j (gate j), 2j+1 (up j)
-    w13_rows = torch.arange(2 * i0)
+    w13_rows = torch.arange(2 * i0, device=where)
     w13_blocks, w13_scales = pad(weights["w13_blocks"], weights["w13_scales"], 2 * inter, hidden, w13_rows)
     w2_blocks, w2_scales = pad(weights["w2_blocks"], weights["w2_scales"], hidden, inter)
-    b13 = torch.zeros(count, 2 * inter, dtype=torch.bfloat16)
+    b13 = torch.zeros(count, 2 * inter, dtype=torch.bfloat16, device=where)
     b13[:, : 2 * i0] = weights["b13"]
-    b2 = torch.zeros(count, hidden, dtype=torch.bfloat16)
+    b2 = torch.zeros(count, hidden, dtype=torch.bfloat16, device=where)
     b2[:, :h0] = weights["b2"]
     return w13_blocks, w13_scales, w2_blocks, w2_scales, b13, b2
 

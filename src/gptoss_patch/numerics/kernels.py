@@ -25,11 +25,13 @@ SHAPE_KEYS = (
     "num_attention_heads", "num_key_value_heads", "head_dim",
 )  # fmt: skip
 # The GPU MoE kernels are compiled on a machine's first use, inside the process that first runs them: Triton's by
-# Triton (27 s for the four token counts on an H100), Marlin's PTX by the CUDA driver (vLLM 0.20.2's wheel: 29 s
-# with an empty CUDA cache, 0.2 s once ~/.nv/ComputeCache has it, whatever the token count). Each gets a process of
-# its own, side by side (the float64 reference is dequantized expert by expert, so several fit one GPU). Measured:
-# 68 s cold, 24 s warm, against 76-97 s and 32 s in one process; a process per token count as well was slower
-# (67-71 s, 33 s): the driver compiles Marlin's whole module for one token as for 512, and nine processes contend.
+# Triton (about 20 s for the four token counts on an H100), Marlin's PTX by the CUDA driver (vLLM 0.20.2's wheel:
+# 20-29 s with an empty CUDA cache, 0.2 s once ~/.nv/ComputeCache has it, whatever the token count). Each gets a
+# process of its own, side by side, so the two overlap (the float64 reference is dequantized expert by expert, so
+# several fit one GPU). Measured on a fresh H100 (bench/gpu_kernel_check_cold.py): 46 s for the machine's first
+# check, 38 s cold again, 25 s warm, against 62 s and 27 s in one process. A process per token count as well was
+# slower (the driver compiles Marlin's whole module for one token as for 512, and the processes contend), and so
+# was a helper that compiled Marlin's kernels ahead (62 s against 48 s): the check reaches them as early as it could.
 OWN_PROCESS = ("marlin", "triton")
 PER_PROCESS_PHASES = ("start", "moe weights and reference")  # what every process of the check goes through
 
