@@ -191,11 +191,11 @@ def reference_moe(torch, x, logits, layer: dict, topk: int, limit: float):
     return out.cpu()
 
 
-def make_weights(torch, shape: dict, scale_bytes, count: int, topk: int, device: str, *, seed: int) -> dict:
+def make_weights(torch, shape: dict, scale_bytes, device: str, *, seed: int) -> dict:
     """One MoE layer's random weights, as `model random` makes them, drawn on `device` (an H100 draws the 20b
     shape's 0.5 GB in milliseconds where the CPU took seconds) from a generator seeded with `seed`: every
     process of one check draws the same layer."""
-    hidden, inter = shape["hidden_size"], shape["intermediate_size"]
+    hidden, inter, count = shape["hidden_size"], shape["intermediate_size"], shape["num_local_experts"]
     low, high = scale_bytes
     gen = torch.Generator(device=device).manual_seed(seed)
 
@@ -212,7 +212,7 @@ def make_weights(torch, shape: dict, scale_bytes, count: int, topk: int, device:
         "w2_scales": uint8(low, high + 1, (count, hidden, inter // 32)),
         "b13": bias((count, 2 * inter)),
         "b2": bias((count, hidden)),
-        "topk": topk, "limit": float(shape.get("swiglu_limit", 7.0)), "experts": count,
+        "topk": shape["experts_per_token"], "limit": float(shape.get("swiglu_limit", 7.0)), "experts": count,
     }  # fmt: skip
 
 
@@ -229,9 +229,7 @@ def experts(torch, payload: dict, shape: dict, tokens: list[int], repeat: int, d
     hidden, count, topk = shape["hidden_size"], shape["num_local_experts"], shape["experts_per_token"]
     phase = time.monotonic()
     # Its own seed, not the generator the dense layer drew from: every process of one check makes the same layer.
-    weights = make_weights(
-        torch, shape, payload.get("scale_bytes", [118, 122]), count, topk, device, seed=int(payload.get("seed", 0)) + 1
-    )
+    weights = make_weights(torch, shape, payload.get("scale_bytes", [118, 122]), device, seed=int(payload.get("seed", 0)) + 1)
     # The reference runs where the weights are (float64: an H100 does the 20b shape's 512 tokens in under a second)
     layer64 = {**weights, "b13": weights["b13"].double(), "b2": weights["b2"].double()}
     inputs = []
