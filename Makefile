@@ -7,17 +7,18 @@ FAST_TESTS := not upstream and not harness and not server
 # The rest. .ci/run runs `make check`, then `make test TEST_ARGS='-m "$(SLOW_TESTS)"'`: each test once.
 SLOW_TESTS := upstream or harness or server
 
-.PHONY: demo test check bench matrix fuzz
+.PHONY: demo test test-changed check bench matrix fuzz
+
+# Two makes in one clone (make demo beside make test) would build .venv at once and break it: the second waits
+# for the first under a lock (one line says so), then finds it built. The stamp is checked again inside the lock.
+LOCKED = scripts/locked.sh .venv.lock
 
 $(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[test]'
-	touch $@
+	@$(LOCKED) $@ pyproject.toml -- sh -c '$(PYTHON) -m venv $(VENV) && $(VENV)/bin/pip install -q --upgrade pip && \
+	    $(VENV)/bin/pip install -q -e ".[test]"'
 
 $(VENV)/.dev-installed: $(VENV)/.installed
-	$(VENV)/bin/pip install -q -e '.[dev]'
-	touch $@
+	@$(LOCKED) $@ $(VENV)/.installed -- $(VENV)/bin/pip install -q -e '.[dev]'
 
 # The tests run offline against an empty cache: a test that needs a download and lacks its marker fails.
 check: $(VENV)/.dev-installed
@@ -28,8 +29,18 @@ check: $(VENV)/.dev-installed
 	    GPTOSS_PATCH_TEST_OFFLINE=1 PIP_NO_INDEX=1 PIP_FIND_LINKS= \
 	    $(VENV)/bin/python -m pytest -p no:cacheprovider --hypothesis-profile check -m "$(FAST_TESTS)"
 
+# PREWARM= turns the second process off (.ci/run's lanes keep both cores busy without it).
+PREWARM ?= --prewarm
 test: $(VENV)/.installed
-	$(VENV)/bin/python -m pytest --prewarm $(TEST_ARGS)
+	$(VENV)/bin/python -m pytest $(PREWARM) $(TEST_ARGS)
+
+# A developer's loop: the test files that cover what changed since BASE (default HEAD), from docs/development.md's
+# module -> tests table (scripts/changed_tests.py). CI always runs everything.
+BASE ?= HEAD
+test-changed: $(VENV)/.installed
+	@files="$$($(VENV)/bin/python scripts/changed_tests.py $(BASE))"; \
+	if [ -z "$$files" ]; then echo "test-changed: no test file covers the changes since $(BASE)"; \
+	else echo "test-changed: $$(echo $$files | wc -w) test files"; $(VENV)/bin/python -m pytest $(TEST_ARGS) $$files; fi
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/python scripts/demo.py

@@ -12,7 +12,7 @@ from hypothesis import settings
 from tests.support import artefacts, markers, prewarm
 
 pytest.register_assert_rewrite("tests.support.tools")
-pytest_plugins = ["tests.support.failures"]
+pytest_plugins = ["tests.support.failures", "tests.support.timings"]
 
 ORDERS = ("collected", "reverse", "random")
 PREWARMED = pytest.StashKey[list[str]]()  # the prewarm's lines, for the terminal summary

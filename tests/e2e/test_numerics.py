@@ -21,7 +21,7 @@ from tests.support import servers
 
 VERSION = "0.17.1"
 SERVE_ARGS = ("--enforce-eager", "--max-model-len", "1024", "--dtype", "bfloat16", "--max-num-seqs", "8")
-TIMEOUT = 600
+TIMEOUT = servers.bounded(600)
 MOE_BOUND = 0.02
 DENSE_BOUND = 0.01
 

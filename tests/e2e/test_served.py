@@ -7,8 +7,10 @@ force-reinstalls vLLM).
 
 The fingerprint, streaming and smoke tests need that state and nothing else, and only read what the server
 logs and answers: they share the session's PATCHED_0171 server (tests/e2e/conftest.py; its own clone, prepared
-the same way, never changed; tools on, as the streaming test needs), which test_hostile_requests also uses.
-The tests that reinstall, repair or refuse keep the module's private venv and their own servers.
+the same way, never changed; tools on, as the streaming test needs; started with `serve --smoke`, whose canary
+table the smoke test reads), which test_hostile_requests and test_rendering also use. The tests that reinstall,
+repair or refuse keep the module's private venv and their own servers; the two that read a warn-mode server of
+the reinstalled venv share one (`warn_mode`).
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ def shared_servers(item: pytest.Item, memo: object) -> tuple[servers.Spec, ...]:
 def patched_server(shared: servers.Pool) -> servers.Server:
     """The shared server of a venv as `venv` makes it: the default set applied, the hook in mode fail."""
     assert PATCHED_0171.version == VERSION and PATCHED_0171.patches is None and PATCHED_0171.hook == "fail"
-    assert PATCHED_0171.extra == RENDER_ARGS and not PATCHED_0171.launcher_args and not PATCHED_0171.env
+    assert PATCHED_0171.extra == RENDER_ARGS and PATCHED_0171.launcher_args == ("--smoke",) and not PATCHED_0171.env
     (server,) = shared.get(PATCHED_0171)
     assert tool("status", "--python", str(shared.python(PATCHED_0171))).returncode == 0  # nothing pending
     return server
@@ -70,7 +72,13 @@ def test_the_fingerprint_is_logged_by_the_api_server_and_the_engine_core(patched
     fingerprints = FINGERPRINT.findall(log)
     assert len(fingerprints) >= 2, f"expected the hook's line from the API server and the engine core:\n{log[-3000:]}"
     assert len(set(fingerprints)) == 1
-    assert re.search(r"\(EngineCore\S* pid=\d+\)[^\n]*gptoss-patch: fingerprint", log) or log.count("gptoss-patch: fingerprint") >= 2
+    # Both processes are required: the engine core names itself on its lines; the API server's line comes before
+    # vLLM prefixes its lines with "(APIServer pid=N)", so it is the fingerprint line without the engine core's prefix.
+    lines = [line for line in log.splitlines() if "gptoss-patch: fingerprint" in line]
+    engine_core = [line for line in lines if re.match(r"\(EngineCore\S* pid=\d+\)", line)]
+    api_server = [line for line in lines if not line.startswith("(EngineCore")]
+    assert engine_core, f"no fingerprint line from the engine core:\n{log[-3000:]}"
+    assert api_server, f"no fingerprint line from the API server:\n{log[-3000:]}"
 
 
 def test_streaming_through_the_patched_stream_path_completes(patched_server: servers.Server) -> None:
@@ -94,10 +102,22 @@ def test_smoke_against_the_real_server_checks_rendering_and_is_honest_about_rand
     assert report["ok"] is True and done.returncode == 0
 
 
-def test_smoke_names_the_patch_when_the_system_message_is_raw(venv: Path, model: Path, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def warn_mode(venv: Path, model: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """One server of the reinstalled (stock) venv with the hook in mode warn, for the two tests that read it: what
+    `smoke` says of it and what it logged. Stopped before the fixture returns: later tests reinstall the venv."""
     _reinstalled(venv)
-    with servers.running(venv, model, tmp_path, launcher_args=("--allow-unpatched",), env={"GPTOSS_PATCH_HOOK_MODE": "warn"}) as server:
+    log_dir = tmp_path_factory.mktemp("warn-mode")
+    with servers.running(venv, model, log_dir, launcher_args=("--allow-unpatched",), env={"GPTOSS_PATCH_HOOK_MODE": "warn"}) as server:
+        healthy = servers.healthy(server.url)
         done = tool("smoke", server.url, "--json", "--timeout", "120")
+        log = server.log_text()
+    return {"healthy": healthy, "smoke": done, "log": log}
+
+
+def test_smoke_names_the_patch_when_the_system_message_is_raw(warn_mode: dict[str, object]) -> None:
+    done = warn_mode["smoke"]
+    assert isinstance(done, subprocess.CompletedProcess)
 
     checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
     assert checks["rendering"]["status"] == "fail"
@@ -106,12 +126,10 @@ def test_smoke_names_the_patch_when_the_system_message_is_raw(venv: Path, model:
     assert done.returncode == 1
 
 
-def test_hook_warn_serves_and_logs_what_is_missing(venv: Path, model: Path, tmp_path: Path) -> None:
-    _reinstalled(venv)
-    with servers.running(venv, model, tmp_path, launcher_args=("--allow-unpatched",), env={"GPTOSS_PATCH_HOOK_MODE": "warn"}) as server:
-        assert servers.healthy(server.url)
-        log = server.log_text()
+def test_hook_warn_serves_and_logs_what_is_missing(warn_mode: dict[str, object]) -> None:
+    log = str(warn_mode["log"])
 
+    assert warn_mode["healthy"] is True
     assert "continuing (mode warn)" in log
     assert "harmony_instructions" in log
 
@@ -145,12 +163,11 @@ def test_hook_apply_repairs_after_a_reinstall_and_serves_patched(venv: Path, mod
     assert FINGERPRINT.search(log), log[-3000:]
 
 
-def test_serve_smoke_passes_the_rendering_check_on_the_tiny_model(venv: Path, model: Path, tmp_path: Path) -> None:
-    _patched(venv)
-    with servers.running(venv, model, tmp_path, launcher_args=("--smoke",)) as server:
-        log = servers.wait_for_log(server, "not judged: the model's first token", timeout=180)
-        time.sleep(2)  # a failed canary would stop vLLM right after printing its table
-        still_serving = server.process.poll() is None and servers.healthy(server.url)
+def test_serve_smoke_passes_the_rendering_check_on_the_tiny_model(patched_server: servers.Server) -> None:
+    # The shared patched server is started with `serve --smoke` (PATCHED_0171): its canary's table is in its log.
+    log = servers.wait_for_log(patched_server, "not judged: the model's first token", timeout=servers.bounded(180))
+    time.sleep(2)  # a failed canary would stop vLLM right after printing its table
+    still_serving = patched_server.process.poll() is None and servers.healthy(patched_server.url)
 
     rendering = [line for line in log.splitlines() if "rendering" in line and "pass" in line]
     assert rendering and "instructions" in rendering[0], log[-3000:]

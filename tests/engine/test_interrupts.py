@@ -38,6 +38,8 @@ RUNNER = Path(__file__).parents[1] / "support" / "crash_runner.py"
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 WORKERS = 2
 BUDGET = 2.5  # seconds of random-delay runs per command, on top of one run per step
+MIN_IN_LOCK = 2  # random-delay runs whose signal must land while the command holds its lock (a transaction under way)
+MAX_RUNS = 60  # random-delay runs per command at most, however few of them land there
 
 
 def copy(template: Path, dest: Path) -> Installation:
@@ -120,8 +122,11 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
 
 
 def signalled(site: Site, template: Path, name: str, command: tuple[str, ...], sig: int, *, at: str | None = None,
-              delay: float | None = None) -> tuple[int, str, Installation]:
-    """Run `command` on a copy of `template` and send `sig` at the step `at` (or `delay` s after it started)."""
+              delay: float | None = None, sent: list[int] | None = None) -> tuple[int, str, Installation]:
+    """Run `command` on a copy of `template` and send `sig` at the step `at` (or `delay` s after it started).
+
+    `sent` gets the monotonic times (ns, the clock of the trace's lines) just before and just after the signal went out.
+    """
     venv = site.work / name
     inst = copy(template, venv)
     trace = site.work / f"{name}.trace"
@@ -129,7 +134,10 @@ def signalled(site: Site, template: Path, name: str, command: tuple[str, ...], s
     try:
         if wait_for(trace, "waiting" if at else "started", proc):
             time.sleep(delay or 0)
+            before = time.monotonic_ns()
             proc.send_signal(sig)
+            if sent is not None:
+                sent.extend((before, time.monotonic_ns()))
         _, stderr = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
@@ -180,24 +188,66 @@ def at_every_step(site: Site, template: Path, command: tuple[str, ...], check: C
     return outcomes
 
 
+def lock_times(trace: Path) -> tuple[int | None, int | None]:
+    """When (monotonic ns) the run took the .dist-info lock and released it (None: it never did)."""
+    times: dict[str, int] = {}
+    for line in trace.read_text().splitlines():
+        fields = line.split("\t")
+        if fields[0] in ("lock-acquired", "lock-released"):
+            times.setdefault(fields[0], int(fields[-1]))
+    return times.get("lock-acquired"), times.get("lock-released")
+
+
 def after_random_delays(site: Site, template: Path, command: tuple[str, ...], check: Callable[[Installation], str]) -> None:
-    """Signals after random delays from the start, for BUDGET seconds (the moments no named step marks)."""
+    """Signals after random delays from the start, for BUDGET seconds (the moments no named step marks).
+
+    Each run's trace says where its signal landed: before the lock, while the lock was held (the command's
+    transaction under way), or after the lock was released (the times the test took just before and just after
+    sending it, against the trace's). A signal sent before the release must interrupt the run (128+N); only one
+    sent as or after the lock was released may find the command already finished (0 or 1). Runs go on past
+    BUDGET until MIN_IN_LOCK signals landed while the lock was held (at most MAX_RUNS runs): a run of the
+    test in which no signal interrupted a transaction under way proves nothing, and fails.
+    """
     label = command[0]
     rng = random.Random(22)
     deadline = time.monotonic() + BUDGET
     index = 0
     failures = []
-    while time.monotonic() < deadline:
+    where: Counter[str] = Counter()
+    interrupted: Counter[str] = Counter()
+    deferred = 0
+    while (time.monotonic() < deadline or where["while the lock was held"] < MIN_IN_LOCK) and index < MAX_RUNS:
         sig = SIGNALS[index % len(SIGNALS)]
         delay = rng.uniform(0, 0.6)
+        name = f"{label}-random-{index}"
+        sent: list[int] = []
         try:
-            rc, stderr, inst = signalled(site, template, f"{label}-random-{index}", command, sig, delay=delay)
-            check_exit(rc, stderr, sig, finished_ok=True)
+            rc, stderr, inst = signalled(site, template, name, command, sig, delay=delay, sent=sent)
+            acquired, released = lock_times(site.work / f"{name}.trace")
+            if not sent:
+                landed = "never (the run ended before it started)"
+            elif acquired is None or sent[1] < acquired:
+                landed = "before the lock"
+            elif released is not None and sent[1] >= released:
+                landed = "after the lock was released"  # or as it was: the signal went out at that moment
+            elif sent[0] >= acquired:
+                landed = "while the lock was held"
+            else:
+                landed = "as the lock was taken"
+            where[landed] += 1
+            check_exit(rc, stderr, sig, finished_ok=landed == "after the lock was released")
+            if rc == 128 + sig:
+                interrupted[landed] += 1
+                deferred += "already under way was completed first" in stderr
             check(inst)
         except AssertionError as exc:
             failures.append(f"{signal.Signals(sig).name} after {delay:.3f} s: {exc}")
         index += 1
-    assert not failures, "\n".join(failures)
+    counts = (f"{index} runs; signals landed {dict(where)}; interrupted (128+N) {dict(interrupted)}, "
+              f"{deferred} of them after completing the commit under way")
+    print(f"{label}: {counts}")
+    assert not failures, counts + "\n" + "\n".join(failures)
+    assert interrupted["while the lock was held"] >= MIN_IN_LOCK, f"too few runs interrupted mid-transaction: {counts}"
 
 
 def test_a_signal_at_every_step_of_apply_completes_or_never_starts_the_transaction(site: Site) -> None:

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
+import types
 
 import pytest
 
 from gptoss_patch.errors import UsageError
 from gptoss_patch.launcher import profiles, static
+from gptoss_patch.versions import KNOWN_RELEASES
+from tests.support import measured
 from tests.support.fakes import install_fake_nvidia_smi
+from tests.support.upstream import read_from_wheel
 
 
 def caps_of(static_installs, version: str) -> static.Capabilities:
@@ -21,6 +26,40 @@ def test_default_capture_sizes_are_the_83_of_g20():
     assert len(sizes) == 83
     assert sizes[:5] == [1, 2, 4, 8, 16] and sizes[-3:] == [992, 1008, 1024]
     assert 5 not in sizes and 10 not in sizes
+
+
+def vllm_gpt_oss_capture_sizes(version: str) -> tuple[int, list[int]]:
+    """vLLM's own default capture sizes for gpt-oss in `version`, computed by that release's own code.
+
+    The maximum is the constant GptOssForCausalLMConfig assigns (models/config.py); the list is what the
+    default branch of VllmConfig._set_cudagraph_sizes (config/vllm.py) builds for it, run as written, with
+    VllmConfig's own default performance_mode and a max_num_batched_tokens above the maximum (8192, a GPU's).
+    """
+    models = ast.parse(read_from_wheel(version, "vllm/model_executor/models/config.py"))
+    (gpt_oss,) = [n for n in ast.walk(models) if isinstance(n, ast.ClassDef) and n.name == "GptOssForCausalLMConfig"]
+    (maximum,) = [n.value.value for n in ast.walk(gpt_oss) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
+                  and any(isinstance(t, ast.Attribute) and t.attr == "max_cudagraph_capture_size" for t in n.targets)]
+    config = ast.parse(read_from_wheel(version, "vllm/config/vllm.py"))
+    (vllm_config,) = [n for n in config.body if isinstance(n, ast.ClassDef) and n.name == "VllmConfig"]
+    defaults = {n.target.id: ast.literal_eval(n.value) for n in vllm_config.body
+                if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and isinstance(n.value, ast.Constant)}
+    (method,) = [n for n in vllm_config.body if isinstance(n, ast.FunctionDef) and n.name == "_set_cudagraph_sizes"]
+    (branch,) = [n for n in ast.walk(method) if isinstance(n, ast.If)
+                 and ast.unparse(n.test) == "self.compilation_config.cudagraph_capture_sizes is not None" and n.orelse
+                 and "cudagraph_capture_sizes" in {t.id for s in n.orelse for t in ast.walk(s) if isinstance(t, ast.Name)}]
+    scope = {"self": types.SimpleNamespace(performance_mode=defaults.get("performance_mode")),
+             "max_cudagraph_capture_size": maximum, "max_num_tokens": 8192, "uniform_decode_sizes": []}
+    exec(compile(ast.Module(body=branch.orelse, type_ignores=[]), f"vllm-{version}/config/vllm.py", "exec"), scope)  # noqa: S102
+    return maximum, scope["cudagraph_capture_sizes"]
+
+
+@pytest.mark.upstream
+@pytest.mark.parametrize("version", [str(v) for v in KNOWN_RELEASES])
+def test_default_capture_sizes_are_vllms_own_for_gpt_oss(version):
+    """The list the profile adds --concurrency to is the one the release itself would capture for gpt-oss (G20)."""
+    maximum, sizes = vllm_gpt_oss_capture_sizes(version)
+    assert maximum == profiles.MAX_CAPTURE_SIZE
+    assert profiles.default_capture_sizes() == sizes, f"vLLM {version}: {len(sizes)} sizes {sizes}"
 
 
 def test_concurrency_adds_only_the_missing_sizes(static_installs):
@@ -130,8 +169,11 @@ def test_hopper_leaves_the_moe_kernel_to_vllm_and_says_what_fast_moe_would_trade
     assert result.settings == () and result.moe_pin is None
     (note,) = result.notes
     assert note.startswith("MXFP4 MoE kernel left to vLLM (Triton on Hopper)")
-    assert "--fast-moe pins Marlin: faster (1.29× generation at one stream" in note and "1.86× on 120b" in note
-    assert "1.5× the kernel error against float64" in note and "not reproducible run to run" in note
+    # the figures docs/performance.md measured (its tables, not a copy of the code's constants)
+    speed_20b, speed_120b, error = measured.one_stream_speedup_20b(), measured.one_stream_speedup_120b(), measured.marlin_error_ratio()
+    assert f"--fast-moe pins Marlin: faster ({speed_20b}× generation at one stream on the 20b shape" in note, note
+    assert f"{speed_120b}× on 120b at TP=1 on an H200" in note, note
+    assert f"{error}× the kernel error against float64" in note and "not reproducible run to run" in note, note
 
 
 @pytest.mark.parametrize("version", ["0.22.1", "0.33.0"])

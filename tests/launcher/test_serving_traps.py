@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from gptoss_patch import target
 from gptoss_patch.cli import app
 from gptoss_patch.launcher import preflight, serving_traps
 from gptoss_patch.launcher.results import Status
@@ -74,7 +75,9 @@ def test_two_providers_warn_naming_whose_files_won_and_the_requirement(install_0
     assert (check.status, check.issue) == (Status.WARN, "G26")
     assert "the files on disk are openai-harmony's" in check.message
     assert "requires oss-harmony>=0.0.11" in check.message  # read from the real 0.33.0 METADATA
-    assert check.fix.endswith("uninstall -y openai-harmony oss-harmony && " f"{install_033.python} -m pip install --no-deps 'oss-harmony>=0.0.11'")
+    install = target.pip_command(install_033.python, "install", "--no-deps", "oss-harmony>=0.0.11")
+    assert check.fix.endswith(f" openai-harmony oss-harmony && {install}")  # an installer that venv has (pip, or uv)
+    assert install.endswith(" 'oss-harmony>=0.0.11'")
 
 
 def test_files_matching_neither_record_are_said_so(install_033):
@@ -123,8 +126,16 @@ def test_status_reports_python_patches_as_bypassed_while_the_variable_is_set(ins
 
 
 def test_status_says_nothing_of_the_rust_frontend_where_vllm_does_not_read_it(installs, monkeypatch):
+    """0.17.1 never reads the variable: status with it set is status without it, its patches applied, none bypassed."""
+    command = ["status", "--python", installs["0.17.1"].python, "--json"]
+    monkeypatch.delenv("VLLM_USE_RUST_FRONTEND", raising=False)
+    unset = CliRunner().invoke(app, command)
     monkeypatch.setenv("VLLM_USE_RUST_FRONTEND", "1")
-    result = CliRunner().invoke(app, ["status", "--python", installs["0.17.1"].python, "--json"])
+    result = CliRunner().invoke(app, command)
+    assert (result.exit_code, unset.exit_code) == (0, 0), result.output
+    assert result.stdout == unset.stdout
+    patches = {p["id"]: p for p in json.loads(result.stdout)["patches"]}
+    assert patches["harmony_instructions"]["state"] == "applied", patches["harmony_instructions"]
     assert "bypassed" not in result.stdout
 
 
@@ -216,7 +227,7 @@ def test_every_issue_these_checks_print_is_in_the_catalogue():
     text = (Path(__file__).resolve().parents[2] / "docs" / "known-issues.md").read_text()
     source = Path(serving_traps.__file__).read_text()
     printed = sorted(set(re.findall(r'issue="(G\d\d)"', source)))
-    assert printed == ["G26", "G27", "G28", "G29", "G30", "G31", "G32"]
+    assert printed == ["G11", "G26", "G27", "G28", "G29", "G30", "G31", "G32"]
     assert all(f'<a id="{g.lower()}"></a>' in text for g in printed)
 
 
@@ -287,3 +298,25 @@ def test_the_older_environment_switch_is_read_where_vllm_knows_it(installs):
 @pytest.mark.parametrize(("gpu", "extra"), [("sm90", ()), ("sm90", ("--moe-backend", "marlin")), ("sm121", FORCED_FLASHINFER)])
 def test_no_flashinfer_build_check_unless_hopper_is_forced_onto_it(installs, gpu, extra):
     assert rows(checks_for(installs["0.33.0"], gpu=gpu, extra_args=extra), "moe-build") == []
+
+
+# -- G11: from 0.33.0 the reasoning-effort map is vLLM's flag, unset by default ----------------------------
+
+
+def test_0330_without_an_effort_map_warns_that_efforts_beyond_harmonys_are_rejected_and_its_fix_works(installs):
+    import shlex
+
+    check = one(checks_for(installs["0.33.0"]), "reasoning-effort")
+    assert (check.status, check.issue) == (Status.WARN, "G11")
+    assert "gets a 400" in check.message and "minimal, xhigh, max" in check.message
+    assert check.fix == """pass --reasoning-effort-map '{"minimal": "low", "xhigh": "high", "max": "high"}' to vLLM (after --)"""
+    flag = shlex.split(check.fix.removeprefix("pass ").removesuffix(" to vLLM (after --)"))
+    assert json.loads(flag[1]) == {"minimal": "low", "xhigh": "high", "max": "high"}  # vLLM parses it with json.loads
+    fixed = one(checks_for(installs["0.33.0"], extra_args=tuple(flag)), "reasoning-effort")
+    assert fixed.status is Status.PASS
+    assert one(checks_for(installs["0.33.0"], extra_args=tuple(flag)), "flags").status is Status.PASS  # a flag 0.33.0 has
+
+
+def test_before_0330_the_patch_maps_efforts_and_there_is_no_effort_map_row(installs):
+    assert rows(checks_for(installs["0.33.0"]), "reasoning-effort")
+    assert not rows(checks_for(installs["0.17.1"]), "reasoning-effort")

@@ -35,6 +35,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from gptoss_patch import paths, wheels
+from tests.support import ranged
 from tests.support.markers import OFFLINE_ENV
 
 DOWNLOAD_TIMEOUT = 900  # seconds for one `pip download` (a vLLM wheel is 250-510 MB)
@@ -76,6 +77,10 @@ def wheel(requirement: str) -> Path:
 def sources(requirement: str) -> Path:
     """A slim copy of the `name==version` wheel: every member but compiled extensions, RECORD included.
 
+    On a miss with no cached wheel, its members are read by HTTP range requests (tests/support/ranged.py), so a
+    release needed only as sources costs about 10 MB instead of a 250-510 MB download; where ranges cannot be had,
+    the whole wheel is downloaded as before.
+
     Enough to read any source file of a release and check it against RECORD, at about a twentieth of
     the size (a vLLM wheel is mostly its CUDA `.so` files). Tests that only read files use this, so a cold
     run keeps full wheels only for the releases it installs. Built from the cached wheel if there is one,
@@ -91,10 +96,24 @@ def sources(requirement: str) -> Path:
             cached = _cached(wheel_cache(), name, version)
             if cached is not None:
                 _write_slim(cached, slim)
-            else:
+            elif not _write_slim_by_ranges(requirement, name, version, slim):
                 with tempfile.TemporaryDirectory(prefix=".download-", dir=slim.parent) as scratch:
                     _write_slim(_download(Path(scratch), requirement, name, version), slim)
     return slim
+
+
+def _write_slim_by_ranges(requirement: str, name: str, version: str, slim: Path) -> bool:
+    """The slim archive read out of the index's wheel by range requests (tests/support/ranged.py: what it checks);
+    False when that cannot be done, and the caller downloads the whole wheel instead."""
+    _refuse_offline(requirement, slim.parent)
+    index = os.environ.get("PIP_INDEX_URL", SIMPLE_INDEX).rstrip("/")
+    try:
+        line = ranged.write_slim(index, name, version, slim, keep=lambda member: not _is_extension(member))
+    except ranged.RangeUnavailable as exc:
+        _progress(f"{requirement}: sources by range requests failed ({exc}); downloading the whole wheel")
+        return False
+    _progress(f"{requirement}: sources read by range requests: {line}")
+    return True
 
 
 SIMPLE_INDEX = "https://pypi.org/simple"  # pip's default index; PIP_INDEX_URL overrides it, as for pip

