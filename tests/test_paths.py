@@ -85,6 +85,31 @@ def test_cache_info_and_clean_measure_and_remove_all_but_the_logs(tmp_path: Path
     assert code == 0 and [u["name"] for u in json.loads(out)["removed"]] == ["logs"] and not any(root.iterdir())
 
 
+def test_cache_clean_keeps_the_exported_vocabulary_unless_asked_and_then_warns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`vocab install` printed exports naming the root's tiktoken/: a default clean must leave `vocab status` OK."""
+    root = tmp_path / "root"
+    monkeypatch.setenv("GPTOSS_PATCH_CACHE", str(root))
+    monkeypatch.delenv("TIKTOKEN_RS_CACHE_DIR", raising=False)
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    vocabulary = root / "tiktoken"
+    vocabulary.mkdir(parents=True)
+    (vocabulary / vocab.O200K.file_name).write_bytes(b"stand-in")
+    monkeypatch.setattr(vocab, "O200K", vocab.Encoding("o200k_base", vocab.sha256(b"stand-in")))  # no download
+    (root / "targets").mkdir()
+    monkeypatch.setenv("TIKTOKEN_ENCODINGS_BASE", str(vocabulary))  # what `vocab install` told the user to export
+    code, out, err = invoke("cache", "clean")
+    assert code == 0 and not (root / "targets").exists() and (vocabulary / vocab.O200K.file_name).is_file()
+    assert f"Kept the harmony vocabulary {vocabulary} (your exports point there); `cache clean tiktoken` removes it" in err
+    assert invoke("vocab", "status")[0] == 0
+    code, out, _ = invoke("cache", "clean", "--json")
+    assert json.loads(out)["kept_vocabulary"] == str(vocabulary)
+    code, out, err = invoke("cache", "clean", "--all")
+    assert code == 0 and not vocabulary.exists()
+    assert "warning: removed the harmony vocabulary `vocab install` exported: `vocab status` now fails" in err
+    code, out, _ = invoke("vocab", "status")
+    assert code == 1 and "NOT OK" in out  # what the warning said
+
+
 def test_cache_clean_of_an_unknown_entry_removes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPTOSS_PATCH_CACHE", str(tmp_path))
     (tmp_path / "targets").mkdir()

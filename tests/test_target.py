@@ -58,3 +58,87 @@ def test_pythonpath_is_part_of_the_key(venv, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(venv.site_packages.parent))
     target.discover(venv.python)
     assert len(calls) == 2
+
+
+# -- fix lines name an installer that exists for the target (issue #36, item 7) ------------------------
+
+
+def tiny_wheel(directory: Path) -> Path:
+    """A pure-Python wheel made here (no download): the package `tinydemo` 1.0."""
+    import base64
+    import hashlib
+    import zipfile
+
+    files = {"tinydemo/__init__.py": b"VALUE = 1\n",
+             "tinydemo-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: tinydemo\nVersion: 1.0\n",
+             "tinydemo-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    rows = [f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}" for n, d in files.items()]
+    files["tinydemo-1.0.dist-info/RECORD"] = ("\n".join([*rows, "tinydemo-1.0.dist-info/RECORD,,"]) + "\n").encode()
+    wheel = directory / "tinydemo-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    return wheel
+
+
+def test_fix_lines_for_a_venv_without_pip_use_uv_and_work_when_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)  # as `uv venv` makes
+    python = str(tmp_path / "venv" / "bin" / "python")
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:/usr/bin:/bin")  # uv beside the test's Python
+    assert shutil.which("uv") and not target.has_pip(python)
+    links = tiny_wheel(tmp_path).parent
+    offline = ("--no-index", "--find-links", str(links))
+    install = target.pip_command(python, "install", "--force-reinstall", "--no-deps", *offline, "tinydemo==1.0")
+    assert install.startswith(f"uv pip install --python {python} --reinstall --no-deps")
+    env = {**os.environ, "UV_NO_CACHE": "1", "UV_OFFLINE": "1"}
+    for line in (install, install, target.pip_command(python, "check")):  # the printed line, run as printed
+        done = subprocess.run(line, shell=True, capture_output=True, text=True, env=env, check=False)
+        assert done.returncode == 0, (line, done.stderr)
+    assert subprocess.run([python, "-c", "import tinydemo"], check=False).returncode == 0
+    done = subprocess.run(target.pip_command(python, "uninstall", "-y", "tinydemo"), shell=True, capture_output=True, env=env, check=False)
+    assert done.returncode == 0 and subprocess.run([python, "-c", "import tinydemo"], capture_output=True, check=False).returncode == 1
+
+
+def test_fix_lines_use_the_venvs_own_pip_when_it_has_one_and_ensurepip_when_nothing_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+    import sys
+
+    real_find_spec = importlib.util.find_spec
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\ninclude-system-site-packages = false\n")
+    python = str(venv / "bin" / "python")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no uv
+    assert target.pip_command(python, "check") == f"{sys.executable} -m pip --python {python} check"  # our own pip
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pip" else real_find_spec(name, *a))
+    assert target.pip_command(python, "check") == f"{python} -m ensurepip && {python} -m pip check"
+    (venv / "lib" / "python3.12" / "site-packages" / "pip").mkdir(parents=True)
+    (venv / "lib" / "python3.12" / "site-packages" / "pip" / "__init__.py").write_text("")
+    assert target.pip_command(python, "uninstall", "-y", "x") == f"{python} -m pip uninstall -y x"
+    inst = target.Installation(python, target.parse_version("0.22.1+cu129"), venv, venv / "vllm-0.22.1.dist-info")
+    assert inst.reinstall_command == f"{python} -m pip install --force-reinstall --no-deps vllm==0.22.1"
+
+
+def test_the_hooks_reinstall_line_and_the_tools_are_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # One builder (the hook's stdlib plugin; target.pip_command calls it): the hook's refusal and the tool's hints
+    # print the same reinstall, with the local version label dropped, in the spelling of the installer at hand.
+    import sys
+
+    from gptoss_patch.hook import plugin
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    python = str(venv / "bin" / "python")
+    reinstall = ("install", "--force-reinstall", "--no-deps", "vllm==0.22.1")
+    monkeypatch.setenv("PATH", str(Path(sys.executable).parent))  # uv is there (the test extra installs it)
+    assert plugin.reinstall_command(python, "vllm", "0.22.1+cu129") == target.pip_command(python, *reinstall)
+    assert target.pip_command(python, *reinstall).startswith(f"uv pip install --python {python} --reinstall")
+    (venv / "lib" / "python3.12" / "site-packages" / "pip").mkdir(parents=True)
+    (venv / "lib" / "python3.12" / "site-packages" / "pip" / "__init__.py").write_text("")
+    assert plugin.reinstall_command(python, "vllm", "0.22.1+cu129") == f"{python} -m pip install --force-reinstall --no-deps vllm==0.22.1"

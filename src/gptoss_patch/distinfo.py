@@ -101,3 +101,27 @@ def parse_record(text: str) -> Iterator[list[str]]:
 def record_rows(dist_info: StrPath) -> list[list[str]]:
     """RECORD's rows; OSError if it cannot be read."""
     return list(parse_record(record_text(dist_info)))
+
+
+# The kernel libraries whose releases move gpt-oss's figures (issue 38: triton_kernels 3.6 lost > 30 % at batch 1 on
+# Hopper, vllm#39236): (shown as, .dist-info folder spelling).
+KERNEL_LIBRARIES = (("triton", "triton"), ("triton_kernels", "triton_kernels"), ("flashinfer", "flashinfer_python"))
+VENDORED_TRITON_KERNELS = ("vllm", "third_party", "triton_kernels", "__init__.py")
+
+
+def kernel_versions(site: StrPath) -> dict[str, str]:
+    """triton, triton_kernels and FlashInfer as installed beside vLLM in `site`, read from their .dist-info:
+    a version, "vendored in vLLM" for the triton_kernels copy vLLM ships (vllm/third_party/triton_kernels, which
+    vLLM imports only when no triton_kernels is installed: vllm/utils/import_utils.py), or "not installed"."""
+    found: dict[str, str] = {}
+    for shown, project in KERNEL_LIBRARIES:
+        version_ = installed_version(site, project)
+        if version_ is None and shown == "triton_kernels" and Path(site, *VENDORED_TRITON_KERNELS).is_file():
+            version_ = "vendored in vLLM"
+        found[shown] = version_ or "not installed"
+    return found
+
+
+def kernel_versions_line(versions: dict[str, str]) -> str:
+    """One line for beside a table: `triton 3.5.1, triton_kernels vendored in vLLM, flashinfer not installed`."""
+    return "kernel libraries: " + ", ".join(f"{name} {value}" for name, value in versions.items())

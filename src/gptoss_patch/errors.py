@@ -18,6 +18,52 @@ class ExitCode(IntEnum):
     IO = 7  # the filesystem refused a write (read-only, full disk, permissions)
 
 
+EXIT_MEANINGS = {
+    ExitCode.OK: "ok",
+    ExitCode.ACTION_NEEDED: "action needed",
+    ExitCode.USAGE: "usage error",
+    ExitCode.PATCH_FAILED: "a patch failed (nothing written)",
+    ExitCode.TARGET: "target problem (interpreter, vLLM, version)",
+    ExitCode.CONFLICT: "conflict (a file changed behind our back, an untrusted ledger)",
+    ExitCode.LOCKED: "another run holds the lock",
+    ExitCode.IO: "the filesystem refused a write",
+}
+
+# The codes a command can end with besides the ones every command has (0, 2) and those its options give it (4 with
+# --python/--venv: clikit derives them). Keyed by the command as typed ("hook install"); the help ends with them.
+_ON_THE_LEDGER = (ExitCode.CONFLICT, ExitCode.LOCKED)  # a command that reads the ledger under its lock
+COMMAND_EXITS: dict[str, tuple[ExitCode, ...]] = {
+    "apply": (ExitCode.ACTION_NEEDED, ExitCode.PATCH_FAILED, *_ON_THE_LEDGER, ExitCode.IO),
+    "status": (ExitCode.ACTION_NEEDED, *_ON_THE_LEDGER),
+    "diff": (ExitCode.ACTION_NEEDED, ExitCode.PATCH_FAILED, *_ON_THE_LEDGER),
+    "verify": (ExitCode.ACTION_NEEDED, *_ON_THE_LEDGER),
+    "revert": (*_ON_THE_LEDGER, ExitCode.IO),
+    "audit": (ExitCode.ACTION_NEEDED, *_ON_THE_LEDGER),
+    "capture": (ExitCode.ACTION_NEEDED, *_ON_THE_LEDGER, ExitCode.IO),
+    "hook install": (ExitCode.ACTION_NEEDED, ExitCode.PATCH_FAILED, *_ON_THE_LEDGER, ExitCode.IO),
+    "hook status": (ExitCode.ACTION_NEEDED,),
+    "hook uninstall": (ExitCode.IO,),
+    "cache clean": (ExitCode.IO,),
+    "vocab install": (ExitCode.IO,),
+    "vocab status": (ExitCode.ACTION_NEEDED,),
+    "model random": (ExitCode.IO,),
+    "doctor": (ExitCode.ACTION_NEEDED,),
+    "smoke": (ExitCode.ACTION_NEEDED,),
+    "serve": (ExitCode.ACTION_NEEDED,),
+    "bench": (ExitCode.ACTION_NEEDED,),
+    "numerics": (ExitCode.ACTION_NEEDED,),
+}
+COMMAND_EXIT_NOTES = {"serve": "otherwise vLLM's own exit code"}
+
+
+def exit_codes_help(command: str, *, targets: bool) -> str:
+    """`Exit codes: 0 ok, 1 action needed, 2 usage error, ...`: the last paragraph of a command's --help."""
+    codes = {ExitCode.OK, ExitCode.USAGE, *COMMAND_EXITS.get(command, ()), *((ExitCode.TARGET,) if targets else ())}
+    listed = ", ".join(f"{int(code)} {EXIT_MEANINGS[code]}" for code in sorted(codes))
+    note = COMMAND_EXIT_NOTES.get(command)
+    return f"Exit codes: {listed}{'; ' + note if note else ''}."
+
+
 class GptossPatchError(Exception):
     """An expected failure: one line for the user, an optional hint, an exit code.
 
@@ -62,3 +108,17 @@ class CheckFailed(GptossPatchError):
     """A launcher check failed: pre-flight, the startup-log sentinel or the smoke canary (serve/doctor/smoke)."""
 
     exit_code = ExitCode.ACTION_NEEDED
+
+
+def cause(exc: BaseException) -> str:
+    """What went wrong, in words, for an error line: an OSError's strerror ("Permission denied"), else the
+    exception's own first line; its class name only when it says nothing else (-v shows the class: `detail_of`)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def detail_of(exc: BaseException) -> str:
+    """The exception as -v shows it: its class and its whole text."""
+    return f"{type(exc).__name__}: {exc}"

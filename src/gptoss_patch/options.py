@@ -114,12 +114,22 @@ def handles_errors(func: F) -> F:
                 raise
             from gptoss_patch import render
 
-            last = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            last = _unexpected(exc)
             render.error(f"unexpected error: {last}", "re-run with --verbose for the traceback")
             _json_error(kwargs, int(ExitCode.PATCH_FAILED), f"unexpected error: {last}", "re-run with --verbose for the traceback")
             raise clikit.Exit(int(ExitCode.PATCH_FAILED)) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _unexpected(exc: Exception) -> str:
+    """An unexpected error's line: the cause an OSError gives in words (and its file), else the class and text
+    (a bare KeyError's text is only the key); -v shows the traceback."""
+    from gptoss_patch.errors import cause, detail_of
+
+    if isinstance(exc, OSError) and exc.strerror:
+        return cause(exc) + (f": {exc.filename}" if exc.filename else "")
+    return detail_of(exc).splitlines()[0]
 
 
 def _interrupted(kwargs: dict[str, Any]) -> int:
@@ -188,4 +198,14 @@ def user_patches(patch_dir: list[str] | None) -> tuple[userpatches.UserPatch, ..
 
     from gptoss_patch import registry, userpatches
 
-    return userpatches.load_dirs(userpatches.patch_dirs(patch_dir, Path.cwd()), registry.ids())
+    dirs = userpatches.patch_dirs(patch_dir, Path.cwd())
+    pyproject_problems()
+    return userpatches.load_dirs(dirs, registry.ids())
+
+
+def pyproject_problems() -> None:
+    """A broken pyproject.toml that has no [tool.gptoss-patch] table: one warning, and the command goes on."""
+    from gptoss_patch import render, userpatches
+
+    for problem in userpatches.problems():
+        render.warn(problem)

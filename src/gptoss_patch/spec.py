@@ -36,10 +36,11 @@ class State(str, enum.Enum):
     MODIFIED = "modified"
     OPT_IN = "opt-in"  # an opt-in patch nobody asked for: left as upstream has it
     CONFLICT = "conflict"  # a user patch that no longer applies here (or clashes with a built-in)
+    ORPHANED = "orphaned"  # the ledger names it, but no installed patch set has it (a plugin removed): revert it
 
     @property
     def needs_action(self) -> bool:
-        return self in (State.PENDING, State.DRIFTED, State.MODIFIED, State.CONFLICT)
+        return self in (State.PENDING, State.DRIFTED, State.MODIFIED, State.CONFLICT, State.ORPHANED)
 
 
 class PackageView:

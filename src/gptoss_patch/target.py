@@ -20,7 +20,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from gptoss_patch import paths
-from gptoss_patch.errors import TargetError
+from gptoss_patch.errors import TargetError, cause, detail_of
 from gptoss_patch.versions import parse_version
 
 STOCK_DISTRIBUTION = "vllm"
@@ -103,13 +103,33 @@ class Installation:
     @property
     def reinstall_command(self) -> str:
         """The pip command that puts back pristine files; a local build gets its public release (what an index has)."""
-        return f"{self.python} -m pip install --force-reinstall --no-deps {self.distribution}=={self.version.public}"
+        return pip_command(self.python, "install", "--force-reinstall", "--no-deps", f"{self.distribution}=={self.version.public}")
 
     def to_json(self) -> dict[str, str]:
         return {
             "version": str(self.version), "distribution": self.distribution,
             "location": str(self.site_packages), "python": self.python,
         }
+
+
+# -- fix lines: an installer that exists for the target ---------------------------------------------
+
+def pip_command(python: str, subcommand: str, *args: str) -> str:
+    """The shell line that runs `pip SUBCOMMAND ARGS` for `python`'s environment, for a hint to print: the one
+    builder of such lines, which lives in the hook's stdlib-only plugin because the hook prints them too (imported
+    here only when a fix line is wanted: the plugin's imports would cost every command). `PYTHON -m pip ...` where
+    that environment has pip; else `uv pip SUBCOMMAND --python PYTHON ...` when uv is on PATH; else gptoss-patch's
+    own pip aimed at it; else pip put there first from Python's bundled wheel."""
+    from gptoss_patch.hook.plugin import pip_command as build
+
+    return build(python, subcommand, *args)
+
+
+def has_pip(python: str) -> bool:
+    """Whether `python` can run `-m pip` (read statically; the hook plugin's check)."""
+    from gptoss_patch.hook.plugin import has_pip as check
+
+    return check(python)
 
 
 def default_interpreter() -> str:
@@ -167,7 +187,7 @@ def discover(python: str, expected: str | None = None, *, defaulted: bool = Fals
     if inst is None:
         raise TargetError(
             f"vLLM is not installed for {probe['python']}",
-            hint=f"no `vllm` package is on its sys.path: install it ({probe['python']} -m pip install vllm==VERSION) "
+            hint=f"no `vllm` package is on its sys.path: install it ({pip_command(probe['python'], 'install', 'vllm==VERSION')}) "
             "or point --python/--venv at the environment that has it",
         )
     if wanted is not None and inst.version != wanted:
@@ -250,7 +270,7 @@ def _run_probe(python: str) -> dict:
         # "-" in its complaint, not the whole script.
         proc = subprocess.run([python, "-"], input=_probe_source(), capture_output=True, text=True, timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise TargetError(f"{python} is not a usable Python interpreter ({exc.__class__.__name__})") from None
+        raise TargetError(f"{python} is not a usable Python interpreter ({cause(exc)})", detail=detail_of(exc)) from None
     try:
         facts: dict = json.loads(proc.stdout.strip().splitlines()[-1])
         return facts

@@ -30,7 +30,7 @@ from typing import Any
 
 from packaging.version import Version
 
-from gptoss_patch.errors import UsageError
+from gptoss_patch.errors import UsageError, cause, detail_of
 from gptoss_patch.versions import in_range, specifier
 
 SUFFIX = ".diff"
@@ -172,7 +172,7 @@ def load(path: Path) -> UserPatch:
     except UnicodeDecodeError:
         raise UsageError(f"user patch {path} is not UTF-8 text") from None
     except OSError as exc:
-        raise UsageError(f"cannot read user patch {path}: {exc.strerror or exc.__class__.__name__}") from None
+        raise UsageError(f"cannot read user patch {path}: {cause(exc)}", detail=detail_of(exc)) from None
     facts: dict[str, str] = {}
     for line in text.splitlines():
         if not line.startswith("#"):
@@ -221,6 +221,10 @@ def _absolute(path: Path, base: Path) -> Path:
 
 
 def _from_pyproject(cwd: Path) -> tuple[Path, ...]:
+    """[tool.gptoss-patch] patch-dirs of the nearest pyproject.toml. A file we cannot read or parse matters only when
+    it has that table (a UsageError: the patch directories it names are unknown); otherwise it is someone else's
+    problem: one warning (`problems()`, the CLI prints it) and no patch directories."""
+    _problems.clear()
     for folder in (cwd, *cwd.parents):
         pyproject = folder / "pyproject.toml"
         if not pyproject.is_file():
@@ -228,15 +232,33 @@ def _from_pyproject(cwd: Path) -> tuple[Path, ...]:
         try:
             text = pyproject.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"cannot read {pyproject}: {exc.__class__.__name__}") from None
+            _problems.append(f"ignoring {pyproject}: cannot read it ({cause(exc)}), so no [tool.gptoss-patch] patch-dirs from it")
+            return ()
         if "gptoss-patch" not in text:
             return ()
-        data = _toml(pyproject, text)
+        try:
+            data = _toml(pyproject, text)
+        except BrokenToml as exc:
+            if not OUR_TABLE.search(text):  # a broken file that names us only elsewhere (a dependency, a comment)
+                _problems.append(f"ignoring {pyproject}: {exc}; it has no [tool.gptoss-patch] table")
+                return ()
+            raise UsageError(f"{exc}, which has the [tool.gptoss-patch] table that names your patch directories",
+                             hint=f"fix the file, or pass --patch-dir DIR (or set {ENV}) to use other ones") from None
         dirs = data.get("tool", {}).get("gptoss-patch", {}).get("patch-dirs", [])
         if not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
             raise UsageError(f"{pyproject}: [tool.gptoss-patch] patch-dirs must be a list of directory names")
         return tuple(_absolute(Path(d), folder) for d in dirs)
     return ()
+
+
+# A `[tool.gptoss-patch]` (or `[tool."gptoss-patch"]`) table header, or a sub-table of it, found without parsing.
+OUR_TABLE = re.compile(r"""^\s*\[\s*tool\s*\.\s*(?:gptoss-patch|"gptoss-patch"|'gptoss-patch')\s*[\].]""", re.M)
+_problems: list[str] = []
+
+
+def problems() -> tuple[str, ...]:
+    """What the last look for a pyproject.toml ignored, one line each (a broken file without our table)."""
+    return tuple(_problems)
 
 
 def _toml(pyproject: Path, text: str) -> dict[str, Any]:
@@ -253,4 +275,8 @@ def _toml(pyproject: Path, text: str) -> dict[str, Any]:
         data: dict[str, Any] = tomllib.loads(text)
         return data
     except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"cannot read {pyproject}: {exc}") from None
+        raise BrokenToml(f"cannot read {pyproject}: {exc}") from None
+
+
+class BrokenToml(UsageError):
+    """A pyproject.toml that is not valid TOML."""

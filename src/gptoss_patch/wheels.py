@@ -19,6 +19,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -68,8 +69,9 @@ def fetch(
     found = cached(pattern)
     if found:
         return found
-    cache = cache_dir()
     pip = runner(requirement, hint=hint, python=python, pure=pure)
+    moved = paths.WHEEL_CACHE_ENV if os.environ.get(paths.WHEEL_CACHE_ENV) else paths.CACHE_ENV
+    cache = paths.writable_dir(cache_dir(), what="wheel cache", variable=moved)  # exit 7 naming it, not a download failure
     with (downloading or _quietly)(f"downloading {requirement}{f' ({about})' if about else ''} into {cache} with {pip.words}"):
         download(requirement, cache, hint=hint, pip=pip)
     found = cached(pattern)
@@ -109,6 +111,16 @@ def runner(requirement: str, *, hint: str, python: str | None = None, pure: bool
         "Python's ensurepip has no bundled pip wheel, and uv is not on PATH)",
         hint=f"{hint}; or install pip (or uv) where gptoss-patch runs",
     )
+
+
+def download_line(requirement: str, *, python: str | None = None, dest: str = "DIR") -> str:
+    """The command line a hint prints to fetch one wheel, run by the pip `runner` picks (a venv without pip, made by
+    uv, gets one that works: `uv pip` has no `download`); pip's bare words when no pip can run here at all."""
+    try:
+        pip = runner(requirement, hint="", python=python)
+    except TargetError:
+        return f"pip download --no-deps {requirement} --dest {dest}"
+    return shlex.join(pip_download(pip.command, requirement, Path(dest)))
 
 
 def has_own_pip() -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -80,6 +81,30 @@ def test_a_round_whose_first_token_stalled_is_flagged_and_tpot_gives_the_decode_
     assert vanilla.ttft_outliers == (1,) and profile.ttft_outliers == ()
     assert profile.tpot_ratio == pytest.approx(7.3 / 6.8)
     assert bench.sample_from(RESULT, bench.Run("x", "vanilla", 10, 0)).ttft_ms == pytest.approx(50.0)
+
+
+def test_with_two_rounds_a_stalled_round_is_flagged_and_the_ratio_says_so() -> None:
+    # Measured (issue 38, 120b on two H200s, --repeat 2, C=16): vanilla's first round 795 ms to first token, its second
+    # 151 ms; the profile's generation ratio read "0.695 (within spread)" where TPOT was equal.
+    def run(server: str, round_: int, ttft: float, generation: float) -> bench.Sample:
+        return bench.Sample(server, 16, round_, 1.0, generation, generation, 7.56, 32, 0, ttft)
+
+    samples = [run("profile", 0, 2177.0, 900.0), run("profile", 1, 888.0, 1265.0),
+               run("vanilla", 0, 795.0, 1250.0), run("vanilla", 1, 151.0, 1860.0)]  # fmt: skip
+    profile, vanilla = bench.summarize(samples, ["profile", "vanilla"])
+    assert vanilla.ttft_outliers == (0,) and profile.ttft_outliers == ()  # 5.3x its other round; 2.45x is not
+    assert profile.within_spread is True and profile.compared_outliers == (0,)
+    text = profile.ratio_text()
+    assert text.startswith("0.696 (a round stalled in prefill: read TPOT)") and "within spread of" not in text
+    assert text.endswith("TPOT 1.000 (within spread)")
+
+
+def test_a_single_round_is_compared_with_the_other_servers_at_that_concurrency() -> None:
+    samples = [bench.Sample(name, 16, 0, 1.0, 1000.0, 1000.0, 7.0, 32, 0, ttft)
+               for name, ttft in (("profile", 2000.0), ("vanilla", 150.0), ("recipe", 160.0))]  # fmt: skip
+    rows = {r.server: r for r in bench.summarize(samples, ["profile", "vanilla", "recipe"])}
+    assert rows["profile"].ttft_outliers == (0,) and rows["vanilla"].ttft_outliers == ()
+    assert rows["profile"].ratio_text() == "1.000 (a round stalled in prefill: read TPOT)\nTPOT 1.000 (within spread)"
 
 
 def test_a_run_where_nothing_completed_is_an_error() -> None:
@@ -212,3 +237,31 @@ def test_a_run_where_every_request_failed_names_the_server_and_its_last_lines(di
     else:
         assert str(caught.value) == failed and caught.value.last_lines == ("INFO engine ready",)
     assert caught.value.log_file == tmp_path / "recipe.log"
+
+
+def test_every_concurrency_is_warmed_up_untimed_before_round_one_unless_turned_off() -> None:
+    # Issue 38 (g): the Triton servers' first round at 16 and 64 streams had 2-8x the time to first token of the second.
+    runs = bench.warmups(["profile", "vanilla"], WORKLOAD)
+    assert [(r.server, r.concurrency, r.round) for r in runs] == [
+        ("profile", 1, -1), ("vanilla", 1, -1), ("profile", 10, -1), ("vanilla", 10, -1),
+    ]  # fmt: skip
+    argv = bench.bench_argv(SPEC, bench.warmup(WORKLOAD), 10, 0)
+    assert argv[argv.index("--num-prompts") + 1] == "10" and argv[argv.index("--random-output-len") + 1] == "16"
+    assert "untimed warm-up at each concurrency (1, 10" in bench.warmup_note(WORKLOAD)
+    off = dataclasses.replace(WORKLOAD, warm_up=False)
+    assert [(r.server, r.concurrency) for r in bench.warmups(["profile"], off)] == [("profile", 1)]
+    assert "--no-warm-up" in bench.warmup_note(off)
+
+
+def test_a_variants_own_preflight_rows_are_shown_under_its_name() -> None:
+    # Issue 38 (c): `bench --variant dp2="-dp 2"` pre-flighted only the base layout; each variant's launch now goes
+    # through prepare() too, and the rows the base does not already show are the variant's.
+    from gptoss_patch.bench.launch import variant_checks
+    from gptoss_patch.launcher.results import Check, Status
+
+    shared = Check("patches", Status.PASS, "all applied")
+    base = (shared, Check("memory", Status.PASS, "estimated per GPU: weights 60.8 GiB ...", issue="G37"))
+    mine = (shared, Check("memory", Status.FAIL, "estimated per GPU: weights 32.4 GiB ... more than", issue="G37"))
+    [row] = variant_checks(base, "dp2", mine)
+    assert row.status is Status.FAIL and row.issue == "G37" and row.message.startswith("--variant dp2: estimated per GPU")
+    assert variant_checks(base, "same", base) == ()

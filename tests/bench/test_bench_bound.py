@@ -111,3 +111,21 @@ def test_bench_refuses_a_bound_it_cannot_compute_before_anything_starts(tmp_path
     result = CliRunner().invoke(app, ["bench", "openai/gpt-oss-20b", "--bound", "--python", sys.executable, *args])
     assert result.exit_code == 2, result.output
     assert message in result.output
+
+
+def test_a_server_on_two_gpus_is_measured_against_the_bound_of_both(capsys) -> None:
+    # Measured (issue 38, 120b, two H200s): TP=2 at 7.56 ms a token read as 15.6 % of one GPU's bound; 7.8 % of both.
+    from gptoss_patch import render
+    from gptoss_patch.bench.launch import fractions, server_gpus
+    from gptoss_patch.bench.stats import BenchReport, Sample, summarize
+
+    limit = bound.Bound(bound.decode_bytes(GPT_OSS_120B, 256), bound.Bandwidth(4000.0, "H200"))
+    samples = [Sample(name, 1, 0, 1.0, 1.0, 1.0, 7.56, 1, 0) for name in ("tp2", "tp1")]
+    servers = [{"name": "tp2", "gpus": 2}, {"name": "tp1", "gpus": 1}]
+    report = BenchReport(servers, {}, summarize(samples, ["tp2", "tp1"]), samples, [], 0.0)
+    found = fractions(report, limit)
+    assert found["tp2"] == pytest.approx(found["tp1"] / 2, abs=1e-4)
+    assert found["tp1"] == pytest.approx(limit.ms_per_token / 7.56, abs=1e-4)
+    render.bench_bound(limit, found, server_gpus(report))
+    err = capsys.readouterr().err
+    assert "GB/s per GPU" in err and f"tp2: decode at concurrency 1 runs at {found['tp2']:.0%} of the bound of its 2 GPUs" in err

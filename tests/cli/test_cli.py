@@ -53,8 +53,9 @@ def test_apply_narrates_what_it_patched_then_status_is_clean(venv):
         "Patched vllm/entrypoints/openai/responses/harmony.py (harmony_responses_input)",
         "Patched vllm/entrypoints/openai/responses/serving.py (harmony_responses_instructions)",
         "Patched vllm/entrypoints/openai/chat_completion/serving.py (harmony_stream_guard)",
+        "Patched vllm/entrypoints/openai/chat_completion/serving.py (harmony_tool_choice_needs_parser)",
         "Patched vllm/model_executor/layers/quantization/utils/marlin_utils.py (marlin_atomic_add_sm121)",
-        "Done: 7 changed, 2 out-of-range, 1 not-needed",
+        "Done: 8 patched, 1 not-needed, 2 out-of-range, 1 opt-in",
     ]
     assert run("status", "--venv", path).exit_code == 0
 
@@ -190,3 +191,126 @@ def test_under_json_an_error_is_also_a_json_object_on_stdout(tmp_path):
     assert result.exit_code == 4 and result.stderr.startswith("error: ")
     error = json.loads(result.stdout)["error"]
     assert error["code"] == 4 and error["message"] == result.stderr.splitlines()[0].removeprefix("error: ")
+
+
+@pytest.mark.parametrize(
+    "args, missing",
+    [
+        pytest.param(("capture",), "Missing argument 'NAME'", id="capture-name"),
+        pytest.param(("completion",), "Missing argument 'bash|zsh|fish'", id="completion-shell"),
+        pytest.param(("venv", "create", "DIR-NOT-CREATED"), "Missing option '--vllm'", id="venv-create-vllm"),
+    ],
+)
+def test_a_missing_required_argument_or_option_is_one_usage_line_and_exit_2(tmp_path, monkeypatch, args, missing):
+    """A required parameter left out never reaches the command as None (click 8.2+ took `default=None` as given)."""
+    monkeypatch.chdir(tmp_path)
+    result = run(*args)
+    assert result.exit_code == 2, result.output
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"Error: {missing}. Usage: gptoss-patch {' '.join(a for a in args if a.islower())}")
+    assert not any(tmp_path.iterdir())
+
+
+def test_status_on_a_newer_unknown_vllm_says_its_verdicts_are_unchecked(tmp_path):
+    fakesite.build(tmp_path / "venv", version="0.99.0")
+    path = str(tmp_path / "venv")
+    unchecked = "vllm 0.99.0 is newer than every release gptoss-patch was checked against"
+    result = run("status", "--venv", path)
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
+    assert warnings == [f"warning: {unchecked}: these verdicts come from the shape of its code alone (unchecked); "
+                        "apply writes to it only with --allow-unknown-version"]
+    payload = json.loads(run("status", "--venv", path, "--json").stdout)
+    assert payload["vllm"]["unchecked"] == unchecked
+
+
+def test_apply_check_prints_a_summary_and_keeps_the_diff_for_verbose(venv):
+    inst, path = venv
+    result = run("apply", "--venv", path, "--check")
+    assert result.exit_code == 1 and result.stdout == ""  # no 500-line diff: what would change, by patch and file
+    assert result.stderr.splitlines()[1:] == [
+        "Would patch vllm/entrypoints/openai/chat_completion/serving.py (harmony_instructions)",
+        "Would patch vllm/entrypoints/openai/parser/harmony_utils.py (harmony_instructions_parser)",
+        "Would patch vllm/entrypoints/openai/parser/harmony_utils.py (harmony_output_guard)",
+        "Would patch vllm/entrypoints/openai/responses/harmony.py (harmony_responses_input)",
+        "Would patch vllm/entrypoints/openai/responses/serving.py (harmony_responses_instructions)",
+        "Would patch vllm/entrypoints/openai/chat_completion/serving.py (harmony_stream_guard)",
+        "Would patch vllm/entrypoints/openai/chat_completion/serving.py (harmony_tool_choice_needs_parser)",
+        "Would patch vllm/model_executor/layers/quantization/utils/marlin_utils.py (marlin_atomic_add_sm121)",
+        "Would apply: 8 to patch, 1 not-needed, 2 out-of-range, 1 opt-in",
+    ]
+    verbose = run("apply", "--venv", path, "--check", "-v")
+    assert verbose.exit_code == 1 and verbose.stdout.startswith("--- a/vllm/")
+    assert verbose.stdout.startswith(run("diff", "--venv", path).stdout)  # then -v's state table
+
+
+def test_apply_check_and_dry_run_together_are_a_usage_error(venv):
+    _, path = venv
+    before = run("status", "--venv", path, "--json").stdout
+    result = run("apply", "--venv", path, "--check", "--dry-run")
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "error: --check and --dry-run do not combine: --check names what would change and exits 1 (for CI), "
+        "--dry-run shows the diff; pass one of them"
+    ]
+    assert run("status", "--venv", path, "--json").stdout == before
+
+
+def test_apply_and_revert_count_the_same_patches_the_same_way(venv):
+    _, path = venv
+
+    def summary(*args: str) -> str:
+        return run(*args, "--venv", path).stderr.splitlines()[-1]
+
+    assert summary("apply") == "Done: 8 patched, 1 not-needed, 2 out-of-range, 1 opt-in"
+    assert summary("apply") == "Done: 8 applied, 1 not-needed, 2 out-of-range, 1 opt-in"
+    assert summary("revert") == "Done: 8 reverted, 1 not-needed, 2 out-of-range, 1 opt-in"
+    assert summary("revert") == "Nothing to revert: 8 pending, 1 not-needed, 2 out-of-range, 1 opt-in"
+
+
+def every_command():
+    """(words, click command) of every leaf command, groups walked."""
+    import click
+
+    ctx = click.Context(app)
+    for name in app.list_commands(ctx):
+        command = app.get_command(ctx, name)
+        if isinstance(command, click.Group):
+            yield from (((name, sub), command.get_command(ctx, sub)) for sub in command.list_commands(ctx))
+        else:
+            yield (name,), command
+
+
+def test_every_commands_help_ends_with_its_own_exit_codes():
+    from gptoss_patch.errors import COMMAND_EXITS
+
+    seen = set()
+    for words, command in every_command():
+        seen.add(" ".join(words))
+        text = run(*words, "--help").stdout
+        last = " ".join(text.strip().split("\n\n")[-1].split())
+        assert last.startswith("Exit codes: 0 ok, ") and "2 usage error" in last, (words, last)
+        targets = {"--python", "--venv"} & {o for p in command.params for o in getattr(p, "opts", ())}
+        assert ("4 target problem" in last) == bool(targets), (words, last)
+    assert set(COMMAND_EXITS) <= seen  # the table names real commands only
+    assert "1 action needed" in " ".join(run("apply", "--help").stdout.split())
+
+
+def test_list_joins_adjacent_bands_into_one_range_and_says_which_versions_each_target_is_for():
+    from gptoss_patch.commands import patches
+    from gptoss_patch.spec import Band
+
+    class Spec:  # just the bands `list` reads
+        def __init__(self, *bands: tuple[str, str]) -> None:
+            self.bands = tuple(Band(v, t) for v, t in bands)
+            self.versions = " | ".join(b.versions for b in self.bands)
+
+    same = Spec((">=0.15.1,<0.22", "a.py"), (">=0.22,<0.24", "a.py"))
+    assert (patches._versions(same), patches._targets(same)) == ("0.15.1–0.23.x", "vllm/a.py")
+    moved = Spec((">=0.15.1,<0.22", "a.py"), (">=0.22,<0.24", "b.py"), (">=0.24", "b.py"))
+    assert patches._versions(moved) == "0.15.1+"
+    assert patches._targets(moved) == "vllm/a.py (0.15.1–0.21.x)\nvllm/b.py (0.22+)"
+    gap = Spec((">=0.15.1,<0.18", "a.py"), (">=0.20,<0.25.1", "a.py"))
+    assert patches._versions(gap) == "0.15.1–0.17.x, 0.20–<0.25.1"
+    shown = run("list", "--wide", "--only", "harmony_instructions").stdout
+    assert "0.15.1–0.22.x" in shown and "|" not in shown.split("\n", 3)[3].split("│")[2]
+    assert "vllm/entrypoints/openai/chat_completion/serving.py (0.15.1–0.17.x)" in shown

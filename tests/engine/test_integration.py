@@ -82,7 +82,10 @@ def test_file_whose_anchor_is_gone_is_drifted_and_nothing_is_written(venv):
     replace_file(target, target.read_bytes().replace(b"        messages.append(sys_msg)\n", b""))
     assert states(venv)["harmony_instructions"] == "drifted"
     result = cli(venv, "apply")
-    assert result.exit_code == 3 and "harmony_instructions is drifted" in result.stderr
+    # A hand edit (the file is not what RECORD lists, and a patch of it drifts): refused, naming the file, with the
+    # way to keep the edit (capture it) rather than a --skip that would leave it half patched.
+    assert result.exit_code == 3 and f"{SERVING} is not the file vllm 0.17.1 installed" in result.stderr
+    assert "capture NAME --dir DIR --files" in result.stderr
     assert matches_record(venv, MARLIN)
 
 

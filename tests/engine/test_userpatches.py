@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import zipfile
@@ -281,6 +282,41 @@ def test_capture_refuses_files_outside_the_package_and_bad_names(site, tmp_path)
     assert not list(patches.iterdir())
 
 
+def test_capture_creates_its_patch_directory_as_the_readme_shows(site, tmp_path):
+    """`capture my-fix --dir ./vllm-patches` on a first capture: the directory is made (issue #36, item 1)."""
+    inst, venv, wheel, patches = site
+    fresh = tmp_path / "new" / "vllm-patches"
+    result = capture_edits(inst, venv, wheel, fresh)
+    assert result.exit_code == 0, result.stderr
+    assert (fresh / "mine.diff").read_text().startswith("# gptoss-patch user patch: mine\n")
+    assert states(venv, "--patch-dir", str(fresh))["mine"] == "applied"
+
+
+def test_capture_refuses_a_bad_dir_before_it_downloads_anything(site, tmp_path):
+    inst, venv, wheel, patches = site
+    edit(inst, ENVS_REL, "VLLM_PORT = None", "VLLM_PORT = 1")  # needs the release's wheel, which is not cached
+    not_a_dir = tmp_path / "a-file"
+    not_a_dir.write_text("x\n")
+    cache = tmp_path / "no-wheels"
+    env = {"GPTOSS_PATCH_WHEEL_CACHE": str(cache), "PIP_NO_INDEX": "1"}  # a download would fail, not be slow
+    for where in (not_a_dir, not_a_dir / "sub"):
+        result = run("capture", "mine", "--dir", str(where), "--venv", str(venv), env=env)
+        assert result.exit_code == 2, result.stderr
+        assert len(result.stderr.splitlines()) == 1 and "not a directory" in result.stderr, result.stderr
+    assert not_a_dir.read_text() == "x\n"
+    assert not cache.exists() or not any(cache.rglob("*.whl"))
+
+
+def test_capture_without_a_name_is_a_one_line_usage_error(site):
+    inst, venv, wheel, patches = site
+    edit(inst, ENVS_REL, "VLLM_PORT = None", "VLLM_PORT = 1")
+    before = snapshot(inst)
+    result = run("capture", "--dir", str(patches), "--from", str(wheel), "--venv", str(venv))
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == ["Error: Missing argument 'NAME'. Usage: gptoss-patch capture [OPTIONS] NAME"]
+    assert snapshot(inst) == before and not list(patches.iterdir())
+
+
 def test_audit_lists_changed_missing_and_added_files_with_hints(site):
     inst, venv, wheel, patches = site
     assert run("audit", "--venv", str(venv)).exit_code == 0
@@ -296,6 +332,19 @@ def test_audit_lists_changed_missing_and_added_files_with_hints(site):
         ENVS_REL: "changed", fakesite.MXFP4_REL: "missing", "vllm/extra.py": "added",
     }
     assert findings[ENVS_REL]["hint"].startswith(f"keep it as your own patch: gptoss-patch capture NAME --files {ENVS_REL}")
+
+
+def test_audit_hint_for_an_added_file_removes_it_when_followed_literally(site):
+    """A reinstall leaves a file RECORD does not list in place: the hint removes it (issue #36, item 5)."""
+    inst, venv, wheel, patches = site
+    (inst.site_packages / "vllm" / "my extra.py").write_text("x = 1\n")
+    result = run("audit", "--venv", str(venv), "--json")
+    assert result.exit_code == 1
+    [finding] = json.loads(result.stdout)["findings"]
+    assert finding["kind"] == "added" and "reinstall" not in finding["hint"]
+    fix = finding["hint"].split("or remove it: ", 1)[1]
+    subprocess.run(fix, shell=True, check=True)
+    assert run("audit", "--venv", str(venv)).exit_code == 0
 
 
 def test_hook_expects_user_patches_and_its_fix_line_names_the_patch_dir(site, tmp_path):
@@ -452,6 +501,39 @@ def test_a_plugin_patch_set_is_listed_with_its_origin_applied_like_a_built_in_an
     assert (inst.site_packages / ENVS_REL).read_text() == ENVS
 
 
+def test_a_patch_whose_plugin_was_removed_is_orphaned_and_its_printed_fix_reverts_it(site, tmp_path):
+    """Applied from a plugin, then the plugin uninstalled: status says orphaned (exit 1) with the fix, audit counts
+    it, and the fix, run as printed, restores the original bytes from the ledger (issue #36, item 2)."""
+    inst, venv, wheel, patches = site
+    assert tool(plugin_env(tmp_path), "apply", "--venv", str(venv)).returncode == 0  # this process has no plugin
+    assert "GPTOSS_EXAMPLE_PATCHES = True" in (inst.site_packages / ENVS_REL).read_text()
+    result = run("status", "--venv", str(venv), "--json")
+    assert result.exit_code == 1
+    orphan = {p["id"]: p for p in json.loads(result.stdout)["patches"]}["example_envs_marker"]
+    assert orphan["state"] == "orphaned" and orphan["file"] == ENVS_REL
+    audited = run("audit", "--venv", str(venv), "--json")
+    assert audited.exit_code == 1
+    assert [(f["path"], f["kind"]) for f in json.loads(audited.stdout)["findings"]] == [(ENVS_REL, "orphaned")]
+    fix = shlex.split(orphan["reason"].split("`")[1])
+    assert fix[:4] == ["gptoss-patch", "revert", "--only", "example_envs_marker"]
+    reverted = run(*fix[1:])
+    assert reverted.exit_code == 0, reverted.stderr
+    assert "Reverted vllm/envs.py (example_envs_marker)" in reverted.stderr
+    assert (inst.site_packages / ENVS_REL).read_text() == ENVS
+    assert "example_envs_marker" not in states(venv)
+    assert run("status", "--venv", str(venv)).exit_code == 0 and run("audit", "--venv", str(venv)).exit_code == 0
+
+
+def test_a_plain_revert_takes_out_an_orphaned_patch_too(site, tmp_path):
+    inst, venv, wheel, patches = site
+    assert tool(plugin_env(tmp_path), "apply", "--venv", str(venv)).returncode == 0
+    result = run("revert", "--venv", str(venv))
+    assert result.exit_code == 0, result.stderr
+    assert "Reverted vllm/envs.py (example_envs_marker)" in result.stderr
+    assert (inst.site_packages / ENVS_REL).read_text() == ENVS
+    assert "orphaned" not in states(venv).values()
+
+
 def test_a_user_patch_added_after_the_built_ins_goes_under_them_as_on_a_fresh_install(site, tmp_path):
     """User patches come first: added later to a patched file (its context touching a codemod's lines), it is
     applied to the file before the codemods, which run again on top; the bytes equal a fresh install's."""
@@ -512,3 +594,56 @@ def test_revert_of_one_user_patch_replays_the_others_on_the_same_file(site):
     assert "# first" not in path.read_text() and "# second" in path.read_text()
     got = states(venv, "--patch-dir", str(patches))
     assert got["b-second"] == "applied" and got["marlin_atomic_add_sm121"] == "applied" and got["a-first"] == "pending"
+
+
+# -- issue 36, item 14: a broken pyproject.toml in the working directory ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "code", "stderr"),
+    [
+        ('[project]\nname = "x"\ndependencies = ["gptoss-patch"\n', 1,
+         "warning: ignoring {p}: cannot read {p}: Unclosed array ...; it has no [tool.gptoss-patch] table"),
+        ('[project\nname = "x"\n', 1, None),  # not ours at all: not even read as TOML
+        ('[tool.gptoss-patch]\npatch-dirs = ["p"\n', 2,
+         "error: cannot read {p}: Unclosed array ..., which has the [tool.gptoss-patch] table that "
+         "names your patch directories"),
+    ],
+    ids=["names-us-elsewhere", "unrelated", "our-table"],
+)
+def test_a_broken_pyproject_matters_only_when_it_has_our_table(tmp_path, monkeypatch, text, code, stderr):
+    build(tmp_path / "venv")
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "pyproject.toml").write_text(text)
+    monkeypatch.chdir(tmp_path / "project")
+    monkeypatch.delenv("GPTOSS_PATCH_DIRS", raising=False)
+    result = run("status", "--venv", str(tmp_path / "venv"), "--json")
+    assert result.exit_code == code, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith(("warning:", "error:"))]
+    expected = [stderr.format(p=tmp_path / "project" / "pyproject.toml").split(" ...")] if stderr else []
+    assert [[line[: len(head)], line[len(line) - len(tail) :]] for line in lines for head, tail in [expected[0]]] == expected
+    if code == 1:
+        assert json.loads(result.stdout)["patches"]  # the command went on
+    else:
+        assert "hint: fix the file, or pass --patch-dir DIR" in result.stderr
+        assert run("status", "--venv", str(tmp_path / "venv"), "--patch-dir", str(tmp_path)).exit_code == 1  # the hint works
+
+
+def test_capture_without_a_wheel_hints_a_download_that_runs_in_a_pipless_venv(site, tmp_path):
+    """The fake venv has no pip (like one uv made): the hint is the download gptoss-patch's own pip runner would do,
+    not `PYTHON -m pip download`, and running it fetches the wheel that `--from` then takes (issue #36, leftover)."""
+    inst, venv, wheel, patches = site
+    edit(inst, ENVS_REL, "VLLM_PORT = None", "VLLM_PORT = 1")
+    empty = {"GPTOSS_PATCH_WHEEL_CACHE": str(tmp_path / "no-wheels")}
+    result = run("capture", "mine", "--dir", str(patches), "--venv", str(venv), "--no-download", env=empty)
+    assert result.exit_code == 2
+    hint = next(line for line in result.stderr.splitlines() if line.startswith("hint: ")).removeprefix("hint: ")
+    line, _, then = hint.partition(", then ")
+    assert f"{inst.python} -m pip" not in line and then == "--from DIR/WHEEL"
+    dest = tmp_path / "DIR"
+    local = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheel.parent)}  # the release's wheel, offline
+    proc = subprocess.run(shlex.split(line.replace(" DIR ", f" {dest} ")), capture_output=True, text=True, env=local, check=False)
+    assert proc.returncode == 0, proc.stderr
+    fetched = dest / wheel.name
+    result = run("capture", "mine", "--dir", str(patches), "--venv", str(venv), "--from", str(fetched), env=empty)
+    assert result.exit_code == 0, result.stderr

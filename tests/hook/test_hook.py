@@ -19,11 +19,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from gptoss_patch import target
 from gptoss_patch.cli import app
-from tests.support import harness
+from tests.support import fakesite, harness
+from tests.support.markers import needs
 from tests.support.upstream import fresh_install, replace_file, site_packages, wheel_path
 
-pytestmark = [pytest.mark.upstream, pytest.mark.harness]
 VERSION = "0.17.1"
 SERVING = "vllm/entrypoints/openai/chat_completion/serving.py"
 MARLIN = "vllm/model_executor/layers/quantization/utils/marlin_utils.py"
@@ -70,6 +71,7 @@ class Driver:
 
 
 @pytest.fixture(scope="module")
+@needs("upstream", "harness")
 def venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     try:
         base = harness.cpu_venv(VERSION)
@@ -214,7 +216,7 @@ def test_hand_modified_tree(venv, driver):
     assert failed["outcome"] == "exit" and failed["code"] == 1
     line = only_line(failed, "ERROR")
     assert line.startswith(f"gptoss-patch: refusing to start: {MARLIN} changed after gptoss-patch wrote it (patches marlin_atomic_add_sm121); fix: ")
-    assert "pip install --force-reinstall --no-deps vllm==0.17.1" in line
+    assert "pip install " in line and "reinstall --no-deps vllm==0.17.1" in line  # pip's or uv's, whichever the venv has
     assert driver.load("apply")["outcome"] == "exit"  # apply cannot repair an edit: it refuses, writes nothing
     assert target.read_bytes() == edited
     warned = driver.load("warn")
@@ -352,6 +354,7 @@ def test_vllm_cli_refuses_then_re_applies_and_re_executes(venv, ids, tmp_path):
 
 
 @pytest.fixture
+@needs("upstream")
 def nodeps(tmp_path: Path) -> Path:
     fresh_install(VERSION, tmp_path / "venv")
     return tmp_path / "venv"
@@ -453,7 +456,7 @@ def test_hook_status_on_an_untrusted_ledger_recommends_a_fix_that_works(nodeps):
     fix = next(line for line in status.stderr.splitlines() if line.startswith("fix: "))[len("fix: "):]
     assert status.exit_code == 1 and "revert --force" not in fix
     reinstall, _, then = fix.partition(", then ")
-    assert reinstall == f"{python} -m pip install --force-reinstall --no-deps vllm=={VERSION}"
+    assert reinstall == target.pip_command(str(python), "install", "--force-reinstall", "--no-deps", f"vllm=={VERSION}")
     # the same reinstall, from the cached wheel (no index here), with the test's pip
     pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--force-reinstall", "--no-compile"]
     subprocess.run([*pip, str(wheel_path(VERSION))], check=True, capture_output=True)
@@ -583,3 +586,47 @@ def test_a_user_patch_that_creates_a_module_comes_back_in_apply_mode_after_a_rei
         cli(venv, "hook", "uninstall")
         pristine(venv)
     assert not path.exists()
+
+
+# -- on a fake vLLM (no download): what hook install says, and the advice it shares with apply and status ------
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> Path:
+    fakesite.build(tmp_path / "venv")
+    return tmp_path / "venv"
+
+
+def test_install_on_an_unpatched_venv_says_vllm_now_refuses_to_start_and_its_fix_works(fake):
+    installed = cli(fake, "hook", "install")
+    assert installed.exit_code == 1
+    assert (f"warning: vLLM in {site_packages(fake)} now refuses to start (hook mode fail) until the fix below is run; "
+            "`hook install --mode warn` only logs instead") in installed.stderr
+    fix = next(line for line in installed.stderr.splitlines() if line.startswith("fix: ")).removeprefix("fix: ")
+    assert run_fix(fix).exit_code == 0
+    assert cli(fake, "hook", "status").exit_code == 0
+    again = cli(fake, "hook", "install")  # nothing missing: nothing to warn about
+    assert again.exit_code == 0 and "refuses to start" not in again.stderr
+
+
+def test_install_over_a_modified_patch_advises_revert_force_only_and_the_advice_works(fake):
+    assert cli(fake, "apply").exit_code == 0
+    target = site_packages(fake) / MARLIN
+    target.write_text(target.read_text() + "# a later edit\n")
+    refused = cli(fake, "hook", "install")
+    assert refused.exit_code == 5 and "the hook was not installed" in refused.stderr and "--skip" not in refused.stderr
+    hint = next(line for line in refused.stderr.splitlines() if line.startswith("hint: "))
+    command = hint.split("`")[1]
+    assert command.startswith("gptoss-patch revert --force --only marlin_atomic_add_sm121 --python ")
+    assert run_fix(command).exit_code == 0
+    assert cli(fake, "apply").exit_code == 0 and cli(fake, "hook", "install").exit_code == 0
+
+
+def test_install_over_a_damaged_file_advises_a_reinstall_not_skip(fake):
+    target = site_packages(fake) / SERVING
+    target.write_text(target.read_text().replace("        messages.append(sys_msg)\n", ""))
+    refused = cli(fake, "hook", "install")
+    assert refused.exit_code == 3 and "the hook was not installed" in refused.stderr
+    assert "reinstall vllm" in refused.stderr and "--skip harmony" not in refused.stderr.split("hint:")[1]
+    assert hook_files(fake) == []
+

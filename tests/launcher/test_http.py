@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -120,3 +121,42 @@ def test_smoke_reaches_loopback_past_a_dead_proxy(loopback: str) -> None:
     assert report.model == "tiny"
     assert verdicts["http"] is Status.PASS and verdicts["rendering"] is Status.PASS, report.checks
     assert report.ok, report.checks
+
+
+def test_a_process_the_tool_starts_reaches_loopback_past_a_dead_proxy_keeping_the_users_no_proxy(
+    loopback: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # bench's driver (vLLM's own benchmark client) and vLLM run through runner.start and honour http_proxy
+    monkeypatch.setenv("NO_PROXY", "corp.example")
+    client = "import os, sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).status, os.environ['no_proxy'])"
+    child = runner.start([sys.executable, "-c", client, loopback + "/health"], os.environ)
+    out, _ = child.communicate(timeout=30)
+    assert child.returncode == 0, out.decode()
+    assert out.decode().split() == ["200", "corp.example,127.0.0.1,localhost"]
+
+
+def time_wait_port() -> int:
+    """A port whose only trace is a connection in TIME_WAIT: the server side closed first, as a stopped vLLM does."""
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn's (asyncio's) listener does
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            accepted, _ = listener.accept()
+            accepted.close()  # the active close: this end goes to TIME_WAIT
+            client.recv(1)
+    with socket.socket() as plain, pytest.raises(OSError):  # the trap is real: a bind without SO_REUSEADDR fails
+        plain.bind(("127.0.0.1", port))
+    return port
+
+
+def test_a_port_in_time_wait_is_free_and_a_listening_port_is_not() -> None:
+    port = time_wait_port()
+    assert bench.port_free(port) and runner.bind_problem("127.0.0.1", port) is None
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        busy = listener.getsockname()[1]
+        assert not bench.port_free(busy)
+        assert runner.bind_problem("127.0.0.1", busy) == "the port is in use"

@@ -213,7 +213,7 @@ def test_the_cli_exits_4_with_one_line_before_anything_starts(gpus, monkeypatch,
     monkeypatch.setenv("PATH", environ["PATH"])
     plan = plan_for(options("openai/gpt-oss-120b", "-tp", "4", "--port", "0"), environ)
     plan = LaunchPlan(**{**plan.__dict__, "executable": exe, "installation": SimpleNamespace(reinstall_command="pip install vllm")})
-    monkeypatch.setattr("gptoss_patch.commands.serve.resolve_plan", lambda *_args: plan)
+    monkeypatch.setattr("gptoss_patch.launcher.prepare._plan", lambda *_args: plan)  # the target lookup: nothing to find here
     result = CliRunner().invoke(app, ["serve", "openai/gpt-oss-120b", "--", "-tp", "4"])
     assert result.exit_code == 4, result.output
     lines = [line for line in result.stderr.splitlines() if line.strip()]
@@ -324,6 +324,16 @@ def test_the_measured_h200_sampler_warm_up_warns_at_1024_sequences(gpus):
     assert row.fix == "-- --max-num-seqs 512 or --gpu-memory-utilization 0.91"
 
 
+@pytest.mark.parametrize("layout", [("-tp", "2"), ("-dp", "2"), ("-dp", "2", "-ep")])
+def test_no_sampler_warning_on_two_gpus_where_none_ran_out(gpus, layout):
+    # Measured (vLLM 0.20.2, 120b, two H200s, 0.92, 1024 sequences): TP=2 and DP=2 all started (141.5 of 143.8 GiB
+    # used), where the warning had been given for each.
+    plan = plan_for(options("openai/gpt-oss-120b", *H200_MEASURED, *layout), gpus(H200, H200))
+    assert rows(plan, "G42") == []
+    over = plan_for(options("openai/gpt-oss-120b", "--gpu-memory-utilization", "0.99", *layout), gpus(H200, H200))
+    assert [c.status for c in rows(over, "G42")] == [Status.FAIL]  # not even the logits and one copy: still a failure
+
+
 def test_the_measured_h200_start_with_64_sequences_passes(gpus):
     assert rows(plan_for(options("openai/gpt-oss-120b", *H200_MEASURED, "--max-num-seqs", "64"), gpus(H200)), "G42") == []
 
@@ -369,13 +379,37 @@ def test_no_sampler_check_without_the_gpus_memory(gpus):
     assert "sampler warm-up check (G42) are not run" in row.message
 
 
-def test_kv_cache_per_sequence_counts_the_window_and_splits_over_tp():
+def test_kv_cache_per_sequence_counts_the_window_with_a_prefill_chunk_and_splits_over_tp():
     shape = parallel.model_shape("openai/gpt-oss-120b")
     assert shape is not None
-    one = parallel.kv_bytes_per_sequence(shape, parallel.Layout(), 131072, 2)
-    assert one == 2 * 8 * 64 * 2 * (18 * 131072 + 18 * 128)  # 18 full layers hold every token, 18 the window
-    assert parallel.kv_bytes_per_sequence(shape, parallel.Layout(tp=2), 131072, 2) == one // 2
-    assert parallel.kv_bytes_per_sequence(shape, parallel.Layout(tp=16), 131072, 2) == one // 8  # replicated past 8
+    one = parallel.kv_bytes_per_sequence(shape, parallel.Layout(), 131072, 2, batched_tokens=8192)
+    # 18 full layers hold every token; 18 sliding ones the window - 1 plus a prefill chunk, in 16-token blocks, + 1 block
+    assert one == 2 * 8 * 64 * 2 * (18 * 131072 + 18 * (521 * 16))
+    assert parallel.kv_bytes_per_sequence(shape, parallel.Layout(tp=2), 131072, 2, batched_tokens=8192) == one // 2
+    assert parallel.kv_bytes_per_sequence(shape, parallel.Layout(tp=16), 131072, 2, batched_tokens=8192) == one // 8
+
+
+def test_the_requests_that_fit_match_vllms_maximum_concurrency_on_two_h200s(gpus):
+    # Measured (vLLM 0.20.2, 120b, --load-format dummy --max-model-len 8192, two H200s, TP=2, 0.92): vLLM logged
+    # "Maximum concurrency for 8,192 tokens per request: 319"; the window-only count said 628.
+    plan = plan_for(options("openai/gpt-oss-120b", "-tp", "2", "--max-model-len", "8192"), gpus(H200, H200), default_utilization=0.92)
+    [row] = [c for c in rows(plan, "G37") if "fit at once" in c.message]
+    fits = int(row.message.split("; ")[-1].split(" ")[0])
+    assert abs(fits - 319) / 319 < 0.03, row.message
+
+
+@pytest.mark.parametrize("ep", [(), ("-ep",)])
+def test_data_parallel_splits_the_experts_over_the_ranks(gpus, ep):
+    # Measured (vLLM 0.20.2, 120b, -dp 2 without -ep, two H200s): "Falling back to AllGather+ReduceScatter
+    # dispatch/combine", 35.7 GiB loaded per rank (65.6 GiB at TP=1): not two whole copies.
+    shape = parallel.model_shape("openai/gpt-oss-120b")
+    assert shape is not None
+    one = parallel.weights_per_gpu(shape, parallel.Layout())
+    two = parallel.weights_per_gpu(shape, parallel.layout_of(["-dp", "2", *ep]))
+    assert round(one / parallel.GIB, 1) == 60.8 and round(two / parallel.GIB, 1) == 32.4
+    assert 35.7 / 65.6 - 0.05 < two / one < 35.7 / 65.6 + 0.05
+    [row] = [c for c in rows(plan_for(options("openai/gpt-oss-120b", "-dp", "2", *ep), gpus(H200, H200)), "G37") if "fit" in c.message]
+    assert "weights 32.4 GiB (the experts split over 2 ranks: TP x DP)" in row.message
 
 
 @pytest.mark.parametrize(("text", "tokens"), [("8192", 8192), ("32k", 32000), ("32K", 32768), ("1M", 1024**2), ("-1", None), (None, None)])

@@ -118,9 +118,17 @@ def test_accepted_spellings_pass(installs, extra):
 
 
 def test_enforce_eager_warns_with_the_measured_cost(installs):
-    check = only(checks_for(installs["0.17.1"], extra_args=("--enforce-eager",)), "flags")
+    check = only(checks_for(installs["0.17.1"], extra_args=("--enforce-eager",), gpu="sm90"), "flags")
     assert (check.status, check.issue) == (Status.WARN, "G19")
     assert "59 to 26 tok/s" in check.message
+
+
+def test_the_cpu_profile_gives_no_cuda_graph_advice(installs):
+    checks = checks_for(installs["0.33.0"], extra_args=("--enforce-eager",))  # resolve's default: --gpu cpu
+    assert rows(checks, "capture-sizes") == [] and [c.status for c in rows(checks, "flags")] == [Status.PASS]
+    assert not [c for c in checks if "CUDA graph" in c.message or "CUDA-graph" in c.message], checks
+    gpu = checks_for(installs["0.33.0"], extra_args=("--enforce-eager",), gpu="sm90")
+    assert rows(gpu, "capture-sizes") and "disables CUDA graphs" in only(gpu, "flags").message
 
 
 def test_stream_interval_above_one_warns(installs):
@@ -248,6 +256,25 @@ def test_harmony_instructions_variable_not_set_while_pending(tmp_path, own_insta
     assert any("harmony_instructions is pending" in note for note in plan.notes)
     row = only(preflight.run_checks(plan), "instructions")
     assert (row.status, row.issue) == (Status.WARN, "G02") and row.message.startswith("raw (harmony_instructions is pending)")
+
+
+@pytest.mark.parametrize(
+    ("options", "environ", "note"),
+    [
+        ({}, {}, None),  # nobody asked for the system placement nor set the variable: nothing to say
+        ({"instructions": "system"}, {}, "VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS not set: harmony_instructions is pending"),
+        ({}, {"VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS": "1"},
+         "VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS=1 in your environment: harmony_instructions is pending"),
+    ],
+    ids=["unset", "asked-for", "set-by-you"],
+)
+def test_the_instructions_variable_note_only_when_someone_set_or_asked_for_it(options, environ, note):
+    from gptoss_patch.launcher import plan as planning
+    from gptoss_patch.spec import PatchResult, Report, State
+
+    report = Report(None, (PatchResult("harmony_instructions", State.PENDING, "pending"),))
+    notes = planning._patch_environment_notes(report, planning.launch_options("m", gpu="cpu", **options), environ)
+    assert [n.split(",")[0] for n in notes] == ([note] if note else [])
 
 
 # -- --allow-unpatched and the installed hook ----------------------------------------------------

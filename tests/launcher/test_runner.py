@@ -55,7 +55,7 @@ def test_a_clean_run_tees_the_log_reports_backend_and_readiness_and_forwards_sig
     plan = resolve(installs["0.17.1"], fake_env(tmp_path), gpu="sm121")
     recorder = Recorder(then=terminate_me)
     outcome = run(plan, tmp_path, recorder)
-    assert outcome.exit_code == 0 and outcome.stopped_for is None
+    assert outcome.exit_code == 0 and outcome.stopped_for is None and outcome.signal == signal.SIGTERM
     assert outcome.moe_backend == "MARLIN" and outcome.ready_after is not None
     assert "MoE backend: MARLIN (as pinned by the sm121 profile)" in recorder.notes
     log = (tmp_path / "logs" / "serve.log").read_text()
@@ -156,13 +156,16 @@ def serving(tmp_path: Path, url: str) -> int:
     return read_record(tmp_path / "record.json")["pid"]
 
 
-def test_ctrl_c_reaches_vllm_and_its_exit_code_comes_back(installs, tmp_path):
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_a_forwarded_signal_stops_vllm_and_serve_exits_128_plus_n(installs, tmp_path, signum, code):
     proc, url = launch(installs, tmp_path)
     pid = serving(tmp_path, url)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err
-    assert "INFO:     Shutting down" in out  # vLLM's own log went to stdout, verbatim
+    assert proc.returncode == code, err  # vLLM shuts down cleanly (0); the user stopped it: README's 128+N
+    assert f"error: interrupted by {signal.Signals(signum).name}; vLLM was stopped" in err
+    if signum != signal.SIGHUP:  # uvicorn logs its shutdown on SIGINT and SIGTERM; SIGHUP just ends the process
+        assert "INFO:     Shutting down" in out  # vLLM's own log went to stdout, verbatim
     assert not pid_alive(pid)
 
 
@@ -184,3 +187,36 @@ def test_a_closed_terminal_does_not_stall_vllm_and_the_log_file_keeps_everything
     outcome = runner.run(plan, log_file=tmp_path / "serve.log", health_url=planning.health_url(plan), hooks=hooks)
     assert outcome.exit_code == 0
     assert "INFO:     Shutting down" in (tmp_path / "serve.log").read_text()
+
+
+# -- without a wheel: a stand-in server that shuts down cleanly (exit 0) on SIGINT, as vLLM does ---------
+
+GRACEFUL_SERVER = """
+import signal, sys, time
+signal.signal(signal.SIGINT, lambda *_: (print("Shutting down", flush=True), sys.exit(0)))
+print("up", flush=True)
+time.sleep(60)
+"""
+
+
+def test_ctrl_c_forwarded_to_a_cleanly_exiting_vllm_makes_serve_exit_130(tmp_path, capsys):
+    from gptoss_patch import clikit
+    from gptoss_patch.commands import serve
+    from gptoss_patch.launcher.results import LaunchPlan
+
+    (tmp_path / "graceful_server.py").write_text(GRACEFUL_SERVER)
+    plan = LaunchPlan(installation=None, executable=Path(sys.executable), model="m", profile="cpu", profile_source="test",
+                      settings=(), notes=(), extra_args=(), base_env={**os.environ, "PYTHONPATH": str(tmp_path)},
+                      server_module="graceful_server")
+
+    def echo(line: str) -> None:
+        if line == "up\n":  # the forwarding handler is installed by then (or a moment later: the timer waits)
+            threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+
+    hooks = runner.Hooks(echo=echo, notify=lambda _message: None)
+    outcome = runner.run(plan, log_file=tmp_path / "serve.log", health_url="http://127.0.0.1:9/health", hooks=hooks)
+    assert outcome.exit_code == 0 and outcome.signal == signal.SIGINT and not outcome.last_lines
+    with pytest.raises(clikit.Exit) as stopped:
+        serve._finish(outcome)
+    assert stopped.value.exit_code == 130
+    assert "interrupted by SIGINT; vLLM was stopped" in capsys.readouterr().err

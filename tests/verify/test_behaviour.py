@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from gptoss_patch import target
 from gptoss_patch.verify import behaviour
 from tests.support import harness
 from tests.support.markers import needs
@@ -137,7 +138,8 @@ def test_a_missing_package_is_named_with_a_pip_command_never_passed(stock_0171: 
     shutil.rmtree(harness.site_packages(python) / "openai_harmony")  # unlinks the clone's links only
     (result,) = behaviour.run(str(python), ["harmony_instructions"], verbose=False)
     assert (result.passed, result.missing) == (None, ("openai-harmony",))
-    assert result.evidence.endswith(f"install with: {python} -m pip install openai-harmony")
+    pinned = behaviour.vllm_pins(str(python)).get("openai-harmony", "openai-harmony")  # vLLM's own requirement
+    assert result.evidence.endswith(f"install with: {target.pip_command(str(python), 'install', pinned)}")
 
 
 def test_a_bare_interpreter_lacks_vllm_torch_and_openai_harmony(tmp_path: Path, vocab_dir_ok: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -232,3 +234,32 @@ def test_stock_rejects_minimal_and_patched_renders_reasoning_low(
     assert "minimal -> Reasoning: low; xhigh -> Reasoning: high; max -> Reasoning: high; medium -> Reasoning: medium" in after.evidence
     assert "GPTOSS_PATCH_REASONING_EFFORT_MAP='{}': minimal rejected" in after.evidence
     assert "\nReasoning: low\n" in after.detail
+
+
+def fake_vllm_venv(root: Path, requires: list[str]) -> Path:
+    """A venv without pip whose `vllm` is a stand-in with a real .dist-info (METADATA, RECORD): nothing to download."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
+    python = root / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    (site / "vllm").mkdir()
+    (site / "vllm" / "__init__.py").write_text("")
+    dist_info = site / "vllm-0.22.1.dist-info"
+    dist_info.mkdir()
+    metadata = ["Metadata-Version: 2.1", "Name: vllm", "Version: 0.22.1", *(f"Requires-Dist: {r}" for r in requires)]
+    (dist_info / "METADATA").write_text("\n".join(metadata) + "\n")
+    (dist_info / "RECORD").write_text("vllm/__init__.py,,\nvllm-0.22.1.dist-info/METADATA,,\nvllm-0.22.1.dist-info/RECORD,,\n")
+    return python
+
+
+def test_a_missing_package_is_suggested_with_the_installed_vllms_own_pin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM 0.22.1 pins torch==2.11.0: an unpinned `pip install torch` would take the newest torch and break it."""
+    requires = ["torch==2.11.0", "numpy", 'pytest>=8; extra == "test"', 'torch==9.9; sys_platform == "nonesuch"']
+    python = fake_vllm_venv(tmp_path / "venv", requires)
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:/usr/bin:/bin")  # uv beside the test's Python
+    monkeypatch.setenv("GPTOSS_PATCH_CACHE", str(tmp_path / "cache"))
+    assert behaviour.vllm_pins(str(python)) == {"torch": "torch==2.11.0"}
+    (result,) = behaviour.run(str(python), ["marlin_atomic_add_sm121"], verbose=False)
+    assert (result.passed, result.missing) == (None, ("torch",)), result.evidence
+    assert shutil.which("uv"), "the dev venv has uv"
+    assert result.evidence.endswith(f"install with: uv pip install --python {python} torch==2.11.0")  # no pip in that venv

@@ -10,7 +10,7 @@ smaller than the spread reads as noise.
     launch.py     the servers from the launcher's plan (profile, vanilla, recipe, eager, variants), memory shares, --bound,
                   each server's GPU count, the notes below the table
     recipe.py     vLLM's published Hopper config (--compare recipe), checked against the installed release
-    schedule.py   which run comes when (the order alternates), the `vllm bench serve` arguments, the warm-up
+    schedule.py   which run comes when (the order alternates), the `vllm bench serve` arguments, the warm-ups
     servers.py    a started server: log file and tail, /health (launcher/http.py: never a proxy), stop
     session.py    one run: start, wait ready, drive driver.py, stop everything on every exit path
     stats.py      samples from vLLM's result JSON, medians and ranges, ratios: the BenchReport
@@ -22,7 +22,7 @@ and the benchmark driver run in their own process group with a parent-death sign
 and every exit path stops them all.
 """
 
-from gptoss_patch.bench.schedule import Run, bench_argv, schedule, warmup
+from gptoss_patch.bench.schedule import Run, bench_argv, schedule, warmup, warmup_note, warmups
 from gptoss_patch.bench.servers import HEALTH_INTERVAL, TAIL_LINES, RunningServer, check_ports, port_free, wait_ready
 from gptoss_patch.bench.session import DRIVER, run
 from gptoss_patch.bench.spec import (
@@ -43,5 +43,5 @@ __all__ = [
     "COMPARISONS", "DEFAULT_CONCURRENCY", "DRIVER", "HEALTH_INTERVAL", "SHARED_MEMORY_UTILIZATION", "TAIL_LINES",
     "BenchFailed", "BenchReport", "Row", "Run", "RunningServer", "Sample", "ServerSpec", "Stat", "Workload",
     "bench_argv", "check_ports", "check_repeat", "parse_compare", "parse_variants", "port_free", "require_bench",
-    "run", "sample_from", "schedule", "summarize", "wait_ready", "warmup",
+    "run", "sample_from", "schedule", "summarize", "wait_ready", "warmup", "warmup_note", "warmups",
 ]  # fmt: skip

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from gptoss_patch.errors import UsageError
+from gptoss_patch.errors import UsageError, cause, detail_of
 from gptoss_patch.model import Recipe, TensorSpec, tensor_plan
 
 KV_BYTES = 2  # bf16 KV cache, vLLM's default for gpt-oss ("auto" follows the model's dtype)
@@ -84,8 +84,10 @@ class Bound:
     def ms_per_token(self) -> float:
         return self.bytes.total / (self.bandwidth.gb_per_s * 1e9) * 1000
 
-    def fraction(self, tpot_ms: float) -> float:
-        return self.ms_per_token / tpot_ms if tpot_ms > 0 else 0.0
+    def fraction(self, tpot_ms: float, gpus: int = 1) -> float:
+        """The bound over a measured step time for a server on `gpus` GPUs (TP, PP, DP: each reads its share of
+        the bytes at the measured per-GPU bandwidth, so the bound is `gpus` times shorter)."""
+        return self.ms_per_token / max(1, gpus) / tpot_ms if tpot_ms > 0 else 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -103,7 +105,7 @@ def recipe_from_model(model: str) -> Recipe:
     try:
         config = json.loads(config_file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UsageError(f"--bound: cannot read {config_file}: {exc.__class__.__name__}") from None
+        raise UsageError(f"--bound: cannot read {config_file}: {cause(exc)}", detail=detail_of(exc)) from None
     if config.get("model_type") != "gpt_oss":
         raise UsageError(f"--bound knows gpt-oss only: {config_file} says model_type {config.get('model_type')!r}")
     try:

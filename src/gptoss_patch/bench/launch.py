@@ -15,7 +15,7 @@ from gptoss_patch.bench.stats import BenchReport
 
 if TYPE_CHECKING:
     from gptoss_patch.bench.bound import Bound
-    from gptoss_patch.launcher.results import LaunchPlan
+    from gptoss_patch.launcher.results import Check, LaunchPlan
     from gptoss_patch.model import Recipe
 
 LOOPBACK = "127.0.0.1"  # every bench server listens here only
@@ -84,6 +84,16 @@ def compared_spec(plan: LaunchPlan, name: str, port: int) -> ServerSpec:
     return ServerSpec(name, tuple(argv), plan.env, port, planning.served_model(plan), gpu_count(argv))
 
 
+def variant_checks(base: Sequence[Check], name: str, checks: Sequence[Check]) -> tuple[Check, ...]:
+    """A --variant's pre-flight rows (the same checks, prepare() over the profile's arguments plus the variant's)
+    that the base launch does not already show, each message naming the variant: its layout (-tp, -dp, -ep), its
+    memory estimate, its flags."""
+    from dataclasses import replace
+
+    seen = {(c.name, c.status, c.message) for c in base}
+    return tuple(replace(c, message=f"--variant {name}: {c.message}") for c in checks if (c.name, c.status, c.message) not in seen)
+
+
 def recipe_args(plan: LaunchPlan) -> RecipeArgs:
     """vLLM's Hopper config for this release: the flags it accepts, and the notes (left out, already defaults)."""
     from gptoss_patch.launcher import static
@@ -141,5 +151,16 @@ def measure_bound(python: str, recipe: Recipe, context: int) -> Bound:
 
 
 def fractions(report: BenchReport, limit: Bound) -> dict[str, float]:
-    """Per server: the bound's time per token over the median TPOT at concurrency 1."""
-    return {row.server: round(limit.fraction(row.tpot_ms.median), 4) for row in report.rows if row.concurrency == 1}
+    """Per server: the bound of all the GPUs it uses (the per-GPU bandwidth times its GPU count) over the median
+    TPOT at concurrency 1."""
+    gpus = server_gpus(report)
+    return {
+        row.server: round(limit.fraction(row.tpot_ms.median, gpus.get(row.server, 1)), 4)
+        for row in report.rows
+        if row.concurrency == 1
+    }
+
+
+def server_gpus(report: BenchReport) -> dict[str, int]:
+    """Each server's GPU count, as its command line asks (TP x PP x DP)."""
+    return {str(s["name"]): int(s.get("gpus") or 1) for s in report.servers}

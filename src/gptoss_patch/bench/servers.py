@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import collections
 import re
-import socket
 import subprocess
 import threading
 import time
@@ -36,12 +35,10 @@ def kv_cache_of(line: str) -> tuple[str, float] | None:
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        try:
-            probe.bind((host, port))
-        except OSError:
-            return False
-    return True
+    """Whether a server could listen there now: pre-flight's one answer (a port in TIME_WAIT is free)."""
+    from gptoss_patch.launcher.runner import bind_problem
+
+    return bind_problem(host, port) is None
 
 
 def check_ports(specs: Sequence[ServerSpec]) -> None:

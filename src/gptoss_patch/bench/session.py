@@ -14,7 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
-from gptoss_patch.bench.schedule import Run, bench_argv, schedule, warmup
+from gptoss_patch.bench.schedule import Run, bench_argv, schedule, warmup, warmups
 from gptoss_patch.bench.servers import HEALTH_INTERVAL, TAIL_LINES, RunningServer, check_ports, start_side_by_side
 from gptoss_patch.bench.spec import BenchFailed, ServerSpec, Workload
 from gptoss_patch.bench.stats import BenchReport, Sample, sample_from, summarize
@@ -82,8 +82,8 @@ def _measure(
     driver: subprocess.Popen | None = None
     try:
         start_side_by_side(specs, log_dir, start_timeout, notify, servers)
-        warmups = [Run(f"warmup-{spec.name}", spec.name, 1, -1) for spec in specs]
-        payload = [{"id": r.id, "argv": bench_argv(by_name[r.server], warmup(workload), 1, 0)} for r in warmups]
+        untimed = warmups([spec.name for spec in specs], workload)
+        payload = [{"id": r.id, "argv": bench_argv(by_name[r.server], warmup(workload), r.concurrency, 0)} for r in untimed]
         payload += [
             {"id": r.id, "argv": bench_argv(by_name[r.server], workload, r.concurrency, r.round)} for r in runs
         ]

@@ -55,6 +55,7 @@ class Workload:
     output_len: int = 256
     waves: int = 2
     min_prompts: int = 2
+    warm_up: bool = True  # an untimed run per server at every concurrency before round 1 (schedule.warmups)
 
     def prompts(self, concurrency: int) -> int:
         return max(self.min_prompts, self.waves * concurrency)

@@ -56,6 +56,23 @@ class Row:
     ttft_ms: Stat | None = None
     tpot_ratio: float | None = None  # the compared server's median TPOT / this one's: > 1 is faster decode
     ttft_outliers: tuple[int, ...] = ()  # rounds whose mean TTFT stalled (TTFT_OUTLIER x the others' median)
+    compared_outliers: tuple[int, ...] = ()  # the compared server's stalled rounds at this concurrency
+    tpot_within_spread: bool | None = None  # the two TPOT ranges overlap
+
+    def ratio_text(self) -> str:
+        """The ratio cell: the generation ratio, what its spread says, and the TPOT ratio. A stalled round (its own
+        or the compared server's) moves generation tok/s through prefill queueing: the ratio then says so rather
+        than "within spread", and TPOT is the figure to read."""
+        if self.ratio is None:
+            return ""
+        text = f"{self.ratio:.3f}"
+        if self.ttft_outliers or self.compared_outliers:
+            text += " (a round stalled in prefill: read TPOT)"
+        elif self.within_spread:
+            text += f" (within spread of {self.rounds} rounds)"
+        if self.tpot_ratio is not None:  # decode speed alone: steadier where prefill queueing moves generation
+            text += f"\nTPOT {self.tpot_ratio:.3f}" + (" (within spread)" if self.tpot_within_spread else "")
+        return text
 
 
 TTFT_OUTLIER = 3.0  # a round whose mean TTFT is 3x the median of its other rounds queued in prefill
@@ -124,7 +141,7 @@ def summarize(samples: Sequence[Sample], servers: Sequence[str], variants: Seque
             peak=Stat.of([s.peak for s in found]),
             tpot_ms=Stat.of([s.tpot_ms for s in found]),
             ttft_ms=Stat.of([s.ttft_ms for s in found]),
-            ttft_outliers=ttft_outliers(found),
+            ttft_outliers=ttft_outliers(found, [s for s in samples if s.concurrency == concurrency and s.server != name]),
         )
     baseline = next((s for s in servers if s != "profile" and s not in variants), None)
     ordered = []
@@ -136,27 +153,35 @@ def summarize(samples: Sequence[Sample], servers: Sequence[str], variants: Seque
             against = baseline if name == "profile" else "profile" if name in variants else None
             other = rows.get((against, concurrency)) if against else None
             if other is not None and other.generation.median > 0:
-                overlap = row.generation.low <= other.generation.high and other.generation.low <= row.generation.high
                 row = Row(
                     **{
                         **row.__dict__,
                         "ratio": row.generation.median / other.generation.median,
-                        "within_spread": overlap,
+                        "within_spread": _overlap(row.generation, other.generation),
                         "tpot_ratio": other.tpot_ms.median / row.tpot_ms.median if row.tpot_ms.median > 0 else None,
+                        "tpot_within_spread": _overlap(row.tpot_ms, other.tpot_ms),
+                        "compared_outliers": other.ttft_outliers,
                     }
                 )
             ordered.append(row)
     return ordered
 
 
-def ttft_outliers(samples: Sequence[Sample]) -> tuple[int, ...]:
-    """Rounds whose mean time to first token is TTFT_OUTLIER times the median of the other rounds: requests
-    queued in prefill (a stall seen on H100 at C=10), which pulls that round's generation rate down while its
-    TPOT stays put. Flagged in the table, not dropped: the median already resists one such round."""
+def _overlap(one: Stat, other: Stat) -> bool:
+    return one.low <= other.high and other.low <= one.high
+
+
+def ttft_outliers(samples: Sequence[Sample], peers: Sequence[Sample] = ()) -> tuple[int, ...]:
+    """Rounds whose mean time to first token is TTFT_OUTLIER times the median of the server's other rounds at
+    that concurrency (one other round is enough: `--repeat 2`), or with a single round, of the other servers'
+    runs at that concurrency (`peers`): requests queued in prefill (first-use compilation, a stall seen on H100
+    at C=10), which pulls that round's generation rate down while its TPOT stays put. Flagged in the table, not
+    dropped: with 3 rounds and more the median resists one such round, with 2 it does not."""
     flagged = []
     for sample in samples:
         others = [s.ttft_ms for s in samples if s is not sample and s.ttft_ms > 0]
-        if len(others) >= 2 and sample.ttft_ms > TTFT_OUTLIER * statistics.median(others):
+        others = others or [s.ttft_ms for s in peers if s.ttft_ms > 0]
+        if others and sample.ttft_ms > TTFT_OUTLIER * statistics.median(others):
             flagged.append(sample.round)
     return tuple(sorted(flagged))
 

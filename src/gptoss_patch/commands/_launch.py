@@ -1,20 +1,30 @@
-"""Options and presentation shared by the commands that start vLLM: serve, doctor, bench, numerics (private: cli.py registers only public modules)."""
+"""Options and presentation shared by the commands that start vLLM: serve, doctor, bench, numerics (private: cli.py registers only public modules).
+
+Their launch options are one group (`launch_options`), which reaches the command as one LaunchRequest, and
+launcher.prepare.prepare() is their one launch path.
+"""
 
 from __future__ import annotations
 
+import functools
+import inspect
+import typing
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from gptoss_patch import clikit
 from gptoss_patch.launcher import PROFILES
+from gptoss_patch.launcher.prepare import LOOPBACK, LaunchRequest
 
 if TYPE_CHECKING:  # the launcher is imported when a launcher command runs, not when the CLI starts
-    from gptoss_patch.launcher.plan import LaunchOptions
-    from gptoss_patch.launcher.results import Check, LaunchPlan
+    from gptoss_patch.launcher.prepare import Prepared
+    from gptoss_patch.launcher.results import Check
 
-LOOPBACK = "127.0.0.1"
+F = TypeVar("F", bound=Callable[..., Any])
 
+ModelArgument = Annotated[str, clikit.Argument(help="Model id or local path, as for `vllm serve`.", show_default=False)]
+ModelOptionalArgument = Annotated[str | None, clikit.Argument(help="Model id or path to check (optional).", show_default=False)]
 GpuOption = Annotated[
     str | None,
     clikit.Option("--gpu", metavar="PROFILE", help=f"GPU profile: {'|'.join(PROFILES)}. Default: nvidia-smi's compute capability.", show_default=False),
@@ -94,38 +104,56 @@ LogDirOption = Annotated[
 ]
 
 
-def deferred_options(model: str | None, **given: Any) -> Callable[[], LaunchOptions]:
-    """Validation of the command line, run by resolve_plan while the target probe runs."""
+def launch_options(*, servers: bool = False, model_optional: bool = False) -> Callable[[F], F]:
+    """The launch option group, declared once: the command gets one `launch: LaunchRequest` parameter in its place.
 
-    def build() -> LaunchOptions:
-        from gptoss_patch.launcher.plan import launch_options
-
-        return launch_options(model, **given)
-
-    return build
-
-
-def resolve_plan(python: str | None, venv: str | None, vllm: str | None, build_options: Callable[[], LaunchOptions]) -> LaunchPlan:
-    """Target lookup (a subprocess, so it runs in a thread meanwhile), the validated options, then the plan.
-
-    The options are validated while the target interpreter answers: bad input still stops before anything
-    starts, and the launcher's own imports overlap the probe (time-to-exec budget: 0.3 s).
+    serve and doctor: one server for clients (--concurrency, --host, --allow-unauthenticated, --expect-reasoning).
+    `servers`: bench and numerics, which start servers side by side on loopback for themselves; their clients
+    read no reasoning (expect_reasoning), and the port is the first of theirs.
     """
-    import os
-    from concurrent.futures import ThreadPoolExecutor
+    group = _group(servers=servers, model_optional=model_optional)
+    fixed: dict[str, Any] = {"expect_reasoning": True} if servers else {}
 
-    from gptoss_patch import render, target
+    def decorate(func: F) -> F:
+        hints = typing.get_type_hints(func, include_extras=True)
+        own = inspect.signature(func).parameters.values()
+        keyword = inspect.Parameter.KEYWORD_ONLY  # any order of defaults: clikit reads names, never positions
+        params = [
+            q for p in own for q in (group if p.name == "launch" else [p.replace(kind=keyword, annotation=hints[p.name])])
+        ]
 
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        found = pool.submit(lambda: target.discover(target.interpreter_for(python, venv), vllm))
-        options = build_options()
-        from gptoss_patch.launcher import plan as planning, preflight, runner  # noqa: F401 - while the probe runs
+        @functools.wraps(func)
+        def command(**kwargs: Any) -> Any:
+            given = {p.name: kwargs.pop(p.name) for p in group}
+            extra = given.pop("extra")
+            return func(launch=LaunchRequest(extra_args=tuple(extra or ()), **given, **fixed), **kwargs)
 
-        # hashing the 3.6 MB vocabulary costs ~15 ms: done while the target answers
-        vocabulary = pool.submit(planning.vocabulary_choice, dict(os.environ), options.vocab, target.interpreter_for(python, venv))
-        inst = found.result()
-    render.info(f"Detected {inst.label} at {inst.site_packages} (python {inst.python})")
-    return planning.resolve(inst, options, vocabulary=vocabulary.result())
+        del command.__wrapped__  # clikit reads the signature below, not func's
+        command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in params}
+        return command  # type: ignore[return-value]
+
+    return decorate
+
+
+def _group(*, servers: bool, model_optional: bool) -> list[inspect.Parameter]:
+    from gptoss_patch.options import PythonOption, VenvOption, VllmOption, VocabOption
+
+    model = (ModelOptionalArgument, None) if model_optional else (ModelArgument, inspect.Parameter.empty)
+    serving = {"concurrency": (ConcurrencyOption, None), "host": (HostOption, LOOPBACK)}
+    port = {"port": (ServersPortOption if servers else PortOption, 8000)}
+    clients = {
+        "allow_unauthenticated": (AllowUnauthenticatedOption, False),
+        "expect_reasoning": (ExpectReasoningOption, False),
+    }
+    spec = {
+        "model": model, "extra": (ExtraArgs, None), "gpu": (GpuOption, None), **({} if servers else serving), **port,
+        "allow_unpatched": (AllowUnpatchedOption, False), **({} if servers else clients),
+        "instructions": (InstructionsOption, None), "fast_moe": (FastMoeOption, False), "python": (PythonOption, None),
+        "venv": (VenvOption, None), "vllm": (VllmOption, None), "vocab": (VocabOption, None),
+    }  # fmt: skip
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    return [inspect.Parameter(name, keyword, annotation=hint, default=value) for name, (hint, value) in spec.items()]
 
 
 def show_checks(checks: tuple[Check, ...], *, everything: bool) -> None:
@@ -139,3 +167,9 @@ def show_checks(checks: tuple[Check, ...], *, everything: bool) -> None:
     for check in checks:
         if check.name == "patches" and check.status is Status.WARN:
             render.warn(check.message)  # --allow-unpatched: say it loudly, outside the table too
+
+
+def gate(prepared: Prepared) -> None:
+    """serve, bench, numerics: the rows that need attention, then exit 1 when one failed (doctor shows every row)."""
+    show_checks(prepared.checks, everything=False)
+    prepared.require_passing()

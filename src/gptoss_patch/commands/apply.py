@@ -4,7 +4,7 @@ from pathlib import Path
 from typing import Annotated
 
 from gptoss_patch import clikit, engine, render
-from gptoss_patch.errors import ExitCode
+from gptoss_patch.errors import ExitCode, UsageError
 from gptoss_patch.options import (
     JsonOption,
     OnlyOption,
@@ -22,7 +22,11 @@ from gptoss_patch.options import (
 )
 
 DryRunOption = Annotated[bool, clikit.Option("--dry-run", help="Compute and show the diff; write nothing.")]
-CheckOption = Annotated[bool, clikit.Option("--check", help="Write nothing; exit 1 when apply would change something (for CI).")]
+CheckOption = Annotated[
+    bool,
+    clikit.Option("--check", help="Write nothing; say which patches and files would change and exit 1 if any would (for CI). "
+                  "-v adds the diff."),
+]
 WithDiffOption = Annotated[
     list[Path] | None,
     clikit.Option("--with-diff", metavar="FILE", help="Apply this unified diff (paths a/vllm/...) first (repeatable)."),
@@ -45,9 +49,13 @@ def apply(
 ) -> None:
     """Apply every patch the installed vLLM needs. Nothing is written unless every patch succeeds.
 
-    --check writes nothing and exits 1 when something would change, like ruff's and black's --check.
+    --check writes nothing, names the patches and files that would change and exits 1 if any would, like ruff's and
+    black's --check (-v or `gptoss-patch diff` shows the diff); --dry-run shows the diff instead, and the two do not combine.
     -v adds every patch's state and reason (as `status` shows them); -vv also the diff of what was written.
     """
+    if check and dry_run:
+        raise UsageError("--check and --dry-run do not combine: --check names what would change and exits 1 (for CI), "
+                         "--dry-run shows the diff; pass one of them")
     dry_run = dry_run or check
     user = user_patches(patch_dir)
     chosen = selection(only, skip, with_, user=user)
@@ -56,7 +64,7 @@ def apply(
         allow_unknown_version=allow_unknown_version, user=user, with_diffs=int(verbose) >= 2,
     )
     render.detected(report)
-    if (dry_run or int(verbose) >= 2) and not json:
+    if ((dry_run and not check) or int(verbose) >= (1 if check else 2)) and not json:  # --check: a summary, ruff-like
         clikit.echo("".join(dict.fromkeys(r.diff for r in report.results if r.diff)), nl=False)
     render.narrate(report.results, verb="Patched", dry_run=dry_run)
     if verbose and not json:
@@ -65,9 +73,9 @@ def apply(
         diffs = {"diffs": {r.id: r.diff for r in report.results if r.diff}} if dry_run else {}
         render.report_json(report, dry_run=dry_run, **diffs)
     if dry_run and not any(r.changed for r in report.results):
-        render.info("Nothing to apply: " + render.tally(report.results))
+        render.info("Nothing to apply: " + render.tally(report.results, verb="patched"))
     else:
-        render.info(("Would apply: " if dry_run else "Done: ") + render.tally(report.results))
+        render.info(("Would apply: " if dry_run else "Done: ") + render.tally(report.results, verb="to patch" if dry_run else "patched"))
     if check and any(r.changed for r in report.results):
         raise clikit.Exit(int(ExitCode.ACTION_NEEDED))
 

@@ -19,7 +19,8 @@ def audit(
     json: JsonOption = False, verbose: VerboseOption = False,
 ) -> None:
     """Check every file of the vLLM distribution: it must match RECORD or hold exactly what a patch
-    (built-in or yours) wrote. Exit 1 listing each other file (changed, missing, added), with a hint."""
+    (built-in or yours) wrote. Exit 1 listing each other file (changed, missing, added), with a hint, and each
+    file patched by a patch no installed patch set provides any more (orphaned: a plugin removed after apply)."""
     from gptoss_patch.engine.audit import audit as run
 
     result = run(installation(python, venv, vllm))

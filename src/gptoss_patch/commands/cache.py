@@ -11,9 +11,10 @@ cache_app = clikit.App()
 
 EntriesArgument = Annotated[
     list[str] | None,
-    clikit.Argument(metavar="[ENTRY]...", help="Entries to remove (see `cache info`). Default: all but logs.", show_default=False),
+    clikit.Argument(metavar="[ENTRY]...", help="Entries to remove (see `cache info`). Default: all but logs and tiktoken.",
+                    show_default=False),
 ]
-AllOption = Annotated[bool, clikit.Option("--all", help="Remove the logs too: the whole root.")]
+AllOption = Annotated[bool, clikit.Option("--all", help="Remove the logs and the exported harmony vocabulary too: the whole root.")]
 
 
 @cache_app.command("dir")
@@ -43,15 +44,27 @@ def info(json: JsonOption = False) -> None:
 @cache_app.command("clean")
 @handles_errors
 def clean(entries: EntriesArgument = None, everything: AllOption = False, json: JsonOption = False) -> None:
-    """Remove cache entries: everything but the logs, or the ENTRYs named. Always safe: each is rebuilt or downloaded again when needed."""
+    """Remove cache entries: everything but the logs and the harmony vocabulary, or the ENTRYs named.
+
+    The default is always safe: each entry it removes is rebuilt or downloaded again when needed. The
+    vocabulary (tiktoken) is what `vocab install` told you to export; --all, or naming tiktoken, removes it
+    too, and vLLM < 0.31 then downloads it at start-up until `vocab install` runs again."""
     from gptoss_patch import paths, render
 
     removed = paths.clean(list(entries or ()), everything=everything)
+    vocabulary = paths.entry_dir("tiktoken")
+    kept = not entries and not everything and vocabulary.is_dir()
     if json:
-        render.json_out({"root": str(paths.cache_root()), "removed": [u.to_json() for u in removed]})
+        render.json_out({"root": str(paths.cache_root()), "removed": [u.to_json() for u in removed],
+                         "kept_vocabulary": str(vocabulary) if kept else None})
         return
     for usage in removed:
         render.info(f"Removed {usage.path} ({_size(usage.size)})")
+    if any(u.entry.name == "tiktoken" for u in removed):
+        render.warn("removed the harmony vocabulary `vocab install` exported: `vocab status` now fails and vLLM < 0.31 "
+                    "downloads it at start-up again; `gptoss-patch vocab install` puts it back")
+    elif kept:
+        render.info(f"Kept the harmony vocabulary {vocabulary} (your exports point there); `cache clean tiktoken` removes it")
     freed = sum(u.size for u in removed)
     clikit.echo(f"Freed {_size(freed)}" if removed else "Nothing to remove")
 

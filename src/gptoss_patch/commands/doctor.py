@@ -2,35 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
 from gptoss_patch import clikit
-from gptoss_patch.commands._launch import (
-    LOOPBACK,
-    AllowUnauthenticatedOption,
-    AllowUnpatchedOption,
-    ConcurrencyOption,
-    ExpectReasoningOption,
-    ExtraArgs,
-    FastMoeOption,
-    GpuOption,
-    HostOption,
-    InstructionsOption,
-    PortOption,
-    deferred_options,
-    resolve_plan,
-    show_checks,
-)
+from gptoss_patch.commands._launch import launch_options, show_checks
 from gptoss_patch.errors import ExitCode
-from gptoss_patch.options import (
-    JsonOption,
-    PythonOption,
-    VenvOption,
-    VerboseOption,
-    VllmOption,
-    VocabOption,
-    handles_errors,
-)
+from gptoss_patch.launcher.prepare import LaunchRequest
+from gptoss_patch.options import JsonOption, VerboseOption, handles_errors
 
 if TYPE_CHECKING:
     from gptoss_patch.launcher.results import Check, LaunchPlan
@@ -41,41 +19,20 @@ def register(app: clikit.App) -> None:
 
 
 @handles_errors
-def doctor(
-    model: Annotated[str | None, clikit.Argument(help="Model id or path to check (optional).", show_default=False)] = None,
-    extra: ExtraArgs = None,
-    gpu: GpuOption = None,
-    concurrency: ConcurrencyOption = None,
-    host: HostOption = LOOPBACK,
-    port: PortOption = 8000,
-    allow_unpatched: AllowUnpatchedOption = False,
-    allow_unauthenticated: AllowUnauthenticatedOption = False,
-    expect_reasoning: ExpectReasoningOption = False,
-    instructions: InstructionsOption = None,
-    fast_moe: FastMoeOption = False,
-    json: JsonOption = False,
-    python: PythonOption = None,
-    venv: VenvOption = None,
-    vllm: VllmOption = None,
-    vocab: VocabOption = None,
-    verbose: VerboseOption = False,
-) -> None:
+@launch_options(model_optional=True)
+def doctor(launch: LaunchRequest, json: JsonOption = False, verbose: VerboseOption = False) -> None:
     """Run every pre-flight check `serve` runs, against the installed vLLM, and print the table.
 
     MODEL (optional) and the arguments after -- are checked as `serve` would check them.
-    Exit 0 when nothing fails (warnings allowed), 1 when `serve` would refuse to start.
+    Exit 0 when nothing fails (warnings allowed), 1 when `serve` would refuse to start; 4, as `serve`, when the
+    GPUs cannot run the parallel layout asked for.
     """
-    options = deferred_options(
-        model, gpu=gpu, concurrency=concurrency, host=host, port=port, extra_args=tuple(extra or ()),
-        allow_unpatched=allow_unpatched, allow_unauthenticated=allow_unauthenticated, expect_reasoning=expect_reasoning, vocab=vocab,
-        instructions=instructions, fast_moe=fast_moe,
-    )  # fmt: skip
-    plan = resolve_plan(python, venv, vllm, options)
     from gptoss_patch import render
-    from gptoss_patch.launcher import preflight, reproducibility
+    from gptoss_patch.launcher.prepare import prepare
     from gptoss_patch.launcher.results import Status, worst
 
-    checks = (*preflight.run_checks(plan), *reproducibility.checks(plan))
+    prepared = prepare(launch, notify=render.info, starts=False)  # executable, model and port are rows here
+    plan, checks = prepared.plan, prepared.checks
     if json:
         render.json_out(_payload(plan, checks))
     else:

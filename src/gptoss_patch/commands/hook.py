@@ -18,6 +18,7 @@ from gptoss_patch.options import (
     WithOption,
     handles_errors,
     installation,
+    pyproject_problems,
     selection,
 )
 
@@ -61,6 +62,7 @@ def install(
 
     installer.check_mode(mode)
     dirs = userpatches.patch_dirs(patch_dir, Path.cwd())
+    pyproject_problems()
     user = userpatches.load_dirs(dirs) if dirs else ()
     chosen = selection(only, skip, with_, user=user) if (only or skip or with_) else None
     inst = installation(python, venv, vllm)
@@ -105,6 +107,9 @@ def _show(result: HookStatus, python: str, json: bool, verb: str | None = None) 
         if verb:
             render.info(f"{verb} the gptoss-patch hook in {result.layout.site}")
         _table(result)
+        if verb and not result.ok and (result.state or {}).get("mode") == "fail" and result.verdict is not None:
+            render.warn(f"vLLM in {result.layout.site} now refuses to start (hook mode fail) until the fix below is run; "
+                        "`hook install --mode warn` only logs instead")
         if not result.ok:
             render.info(f"fix: {installer.fix_command(result, python)}")
     raise clikit.Exit(int(ExitCode.OK if result.ok else ExitCode.ACTION_NEEDED))

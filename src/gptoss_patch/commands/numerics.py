@@ -7,28 +7,18 @@ from typing import TYPE_CHECKING, Annotated
 
 from gptoss_patch import clikit
 from gptoss_patch.commands._launch import (
-    AllowUnpatchedOption,
     CompareOption,
-    ExtraArgs,
-    FastMoeOption,
-    GpuOption,
-    InstructionsOption,
     LogDirOption,
-    ServersPortOption,
     StartTimeoutOption,
     VariantOption,
+    gate,
+    launch_options,
 )
-from gptoss_patch.options import (
-    JsonOption,
-    PythonOption,
-    VenvOption,
-    VerboseOption,
-    VllmOption,
-    VocabOption,
-    handles_errors,
-)
+from gptoss_patch.launcher.prepare import LaunchRequest
+from gptoss_patch.options import JsonOption, VerboseOption, handles_errors
 
 if TYPE_CHECKING:
+    from gptoss_patch.bench import ServerSpec
     from gptoss_patch.numerics.served import ServedReport
 
 LEVELS = ("kernels", "servers", "all")
@@ -78,9 +68,9 @@ def register(app: clikit.App) -> None:
 
 
 @handles_errors
+@launch_options(servers=True)
 def numerics(
-    model: Annotated[str, clikit.Argument(help="Model id or local path, as for `vllm serve`.", show_default=False)],
-    extra: ExtraArgs = None,
+    launch: LaunchRequest,
     level: LevelOption = "all",
     shape: ShapeOption = None,
     tokens: TokensOption = "1,8,64,512",
@@ -91,17 +81,8 @@ def numerics(
     variant: VariantOption = None,
     parallel: ParallelOption = 8,
     max_tokens: MaxTokensOption = 32,
-    gpu: GpuOption = None,
-    port: ServersPortOption = 8000,
     start_timeout: StartTimeoutOption = 900.0,
-    allow_unpatched: AllowUnpatchedOption = False,
-    instructions: InstructionsOption = None,
-    fast_moe: FastMoeOption = False,
     log_dir: LogDirOption = None,
-    python: PythonOption = None,
-    venv: VenvOption = None,
-    vllm: VllmOption = None,
-    vocab: VocabOption = None,
     json: JsonOption = False,
     verbose: VerboseOption = False,
 ) -> None:
@@ -123,10 +104,13 @@ def numerics(
         raise UsageError("--parallel and --max-tokens take 1 or more")
     counts = kernels.parse_tokens(tokens)
     backends = kernels.parse_backends(backend)
+    model = str(launch.model)
     payload: dict = {"model": model}
+    # the servers' launch first: bad input stops here, before the kernel check runs (as in serve and bench)
+    specs = _server_specs(launch, compare, variant) if level in ("servers", "all") else None
     if level in ("kernels", "all"):
         layer = kernels.layer_shape(model, shape)
-        python_path = target.interpreter_for(python, venv)
+        python_path = target.interpreter_for(launch.python, launch.venv)
         if not json:
             render.info(f"kernel check: {layer.name} layer ({layer.experts} experts, from {layer.source}) in {python_path}")
         report = kernels.run(python_path, layer, tokens=counts, repeat=repeat, backends=backends, sequential=sequential)
@@ -135,14 +119,11 @@ def numerics(
             from gptoss_patch.numerics import render as tables
 
             tables.kernel_table(report)
-    if level in ("servers", "all"):
+    if specs is not None:
         from gptoss_patch.bench import BenchFailed
 
         try:
-            served = _served(
-                model, extra, compare, variant, gpu, port, start_timeout, allow_unpatched, instructions, fast_moe,
-                log_dir, python, venv, vllm, vocab, parallel, max_tokens,
-            )  # fmt: skip
+            served = _served(specs, start_timeout, log_dir, parallel, max_tokens)
         except BenchFailed as exc:  # the cause in one line, then the server's last lines
             render.bench_failed(exc, as_json=json)
             raise clikit.Exit(int(exc.exit_code)) from None
@@ -155,32 +136,30 @@ def numerics(
         render.json_out(payload)
 
 
-def _served(
-    model: str, extra: list[str] | None, compare: str | None, variant: list[str] | None, gpu: str | None, port: int,
-    start_timeout: float, allow_unpatched: bool, instructions: str | None, fast_moe: bool, log_dir: Path | None,
-    python: str | None, venv: str | None, vllm: str | None, vocab: Path | None, parallel: int, max_tokens: int,
-) -> ServedReport:  # fmt: skip
+def _server_specs(launch: LaunchRequest, compare: str | None, variant: list[str] | None) -> list[ServerSpec]:
+    """The launch of the servers side by side (the one launch path), and their specs."""
+    import dataclasses
+
     from gptoss_patch import bench as engine, render
-    from gptoss_patch.bench import launch
-    from gptoss_patch.commands._launch import deferred_options, resolve_plan
-    from gptoss_patch.commands.serve import _preflight
-    from gptoss_patch.launcher import preflight
-    from gptoss_patch.numerics import served
+    from gptoss_patch.bench import launch as servers
+    from gptoss_patch.launcher.prepare import prepare
 
     comparisons = engine.parse_compare(compare)
     variants = engine.parse_variants(variant or (), comparisons)
-    user_args = tuple(extra or ())
-    shared = launch.memory_share(len(comparisons) + len(variants) + 1, user_args, gpu)
-    options = deferred_options(
-        model, gpu=gpu, concurrency=None, host=launch.LOOPBACK, port=port, extra_args=user_args + shared,
-        allow_unpatched=allow_unpatched, allow_unauthenticated=False, expect_reasoning=True, vocab=vocab,
-        instructions=instructions, fast_moe=fast_moe,
-    )  # fmt: skip
-    plan = resolve_plan(python, venv, vllm, options)
-    preflight.require_launchable(plan)
-    _preflight(plan)
-    specs = launch.server_specs(plan, port, comparisons, variants)
-    default = launch.default_log_dir()
+    shared = servers.memory_share(len(comparisons) + len(variants) + 1, launch.extra_args, launch.gpu)
+    prepared = prepare(dataclasses.replace(launch, extra_args=launch.extra_args + shared), notify=render.info)
+    gate(prepared)
+    return servers.server_specs(prepared.plan, launch.port, comparisons, variants)
+
+
+def _served(
+    specs: list[ServerSpec], start_timeout: float, log_dir: Path | None, parallel: int, max_tokens: int
+) -> ServedReport:
+    from gptoss_patch import render
+    from gptoss_patch.bench import launch as servers
+    from gptoss_patch.numerics import served
+
+    default = servers.default_log_dir()
     directory = log_dir or default.with_name(default.name.replace("bench-", "numerics-", 1))
     return served.run(
         specs, log_dir=directory, start_timeout=start_timeout, notify=render.info, parallel=parallel, max_tokens=max_tokens

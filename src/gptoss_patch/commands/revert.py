@@ -36,11 +36,13 @@ def revert(
     """Put back the files gptoss-patch changed; refuses if they changed since, unless --force.
 
     Your own patches are reverted too (by name with --only NAME); the ledger knows them, so no --patch-dir is needed.
+    So are orphaned patches (applied from a plugin since uninstalled): the ledger has their original bytes.
     -v adds every patch's state and reason afterwards.
     """
     user = user_patches(patch_dir)
     inst = installation(python, venv, vllm)
-    report = engine.revert(inst, selection(only, skip, user=(*user, *engine.recorded_user_patches(inst))), force=force, user=user)
+    known = (*user, *engine.recorded_user_patches(inst), *engine.orphaned_patches(inst))  # the ledger's names are revertable
+    report = engine.revert(inst, selection(only, skip, user=known), force=force, user=user)
     render.detected(report)
     render.narrate(report.results, verb="Reverted")
     if verbose and not json:  # -v: every patch's state and reason afterwards
@@ -48,7 +50,7 @@ def revert(
     if json:
         render.report_json(report)
     done = any(r.changed for r in report.results)
-    render.info(("Done: " if done else "Nothing to revert: ") + render.tally(report.results))
+    render.info(("Done: " if done else "Nothing to revert: ") + render.tally(report.results, verb="reverted"))
     hook_disagrees(inst)
 
 

@@ -6,23 +6,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 from gptoss_patch import clikit
-from gptoss_patch.commands._launch import (
-    LOOPBACK,
-    AllowUnauthenticatedOption,
-    AllowUnpatchedOption,
-    ConcurrencyOption,
-    ExpectReasoningOption,
-    ExtraArgs,
-    FastMoeOption,
-    GpuOption,
-    HostOption,
-    InstructionsOption,
-    PortOption,
-    deferred_options,
-    resolve_plan,
-    show_checks,
-)
-from gptoss_patch.options import PythonOption, VenvOption, VerboseOption, VllmOption, VocabOption, handles_errors
+from gptoss_patch.commands._launch import gate, launch_options
+from gptoss_patch.launcher.prepare import LaunchRequest
+from gptoss_patch.options import VerboseOption, handles_errors
 
 if TYPE_CHECKING:  # imported when `serve` runs: every other command starts without them
     from gptoss_patch.launcher import runner
@@ -43,45 +29,28 @@ def register(app: clikit.App) -> None:
 
 
 @handles_errors
+@launch_options()
 def serve(
-    model: Annotated[str, clikit.Argument(help="Model id or local path, as for `vllm serve`.", show_default=False)],
-    extra: ExtraArgs = None,
-    gpu: GpuOption = None,
-    concurrency: ConcurrencyOption = None,
-    host: HostOption = LOOPBACK,
-    port: PortOption = 8000,
-    allow_unpatched: AllowUnpatchedOption = False,
-    allow_unauthenticated: AllowUnauthenticatedOption = False,
-    expect_reasoning: ExpectReasoningOption = False,
-    instructions: InstructionsOption = None,
-    fast_moe: FastMoeOption = False,
+    launch: LaunchRequest,
     print_script: PrintScriptOption = False,
     dry_run: DryRunOption = False,
     run_smoke: SmokeOption = False,
     log_file: LogFileOption = None,
-    python: PythonOption = None,
-    venv: VenvOption = None,
-    vllm: VllmOption = None,
-    vocab: VocabOption = None,
     verbose: VerboseOption = False,
 ) -> None:
     """Run `vllm serve` for gpt-oss with a GPU profile, after pre-flight checks; watch its log and /health.
 
     MODEL is a model id or a local path, as for `vllm serve`. Arguments after -- go to `vllm serve`
-    unchanged (and win over the profile's). Exit code: vLLM's own; 1 when a check stopped it.
+    unchanged (and win over the profile's). Exit code: vLLM's own; 1 when a check stopped it;
+    130 (Ctrl-C), 143 (SIGTERM) or 129 (SIGHUP) when a signal stopped it.
     """
-    options = deferred_options(
-        model, gpu=gpu, concurrency=concurrency, host=host, port=port, extra_args=tuple(extra or ()),
-        allow_unpatched=allow_unpatched, allow_unauthenticated=allow_unauthenticated, expect_reasoning=expect_reasoning, vocab=vocab,
-        instructions=instructions, fast_moe=fast_moe,
-    )  # fmt: skip
-    plan = resolve_plan(python, venv, vllm, options)
     from gptoss_patch import render
-    from gptoss_patch.launcher import plan as planning, preflight, runner, script
+    from gptoss_patch.launcher import plan as planning, runner, script
+    from gptoss_patch.launcher.prepare import prepare
 
-    preflight.require_launchable(plan, port=not print_script)
-    preflight.require_parallel(plan)
-    _preflight(plan)
+    prepared = prepare(launch, notify=render.info, port=not print_script)
+    gate(prepared)
+    plan = prepared.plan
     if not print_script:  # the script carries them as comments
         render.notes(plan.notes)  # what the profile left out and why (sm90: the MoE kernel, --fast-moe's trade)
     if print_script or dry_run:
@@ -89,18 +58,6 @@ def serve(
         return
     log_file = log_file or runner.default_log_file()
     _finish(runner.run(plan, log_file=log_file, health_url=planning.health_url(plan), hooks=_hooks(plan, run_smoke)))
-
-
-def _preflight(plan: LaunchPlan) -> None:
-    from gptoss_patch.errors import CheckFailed
-    from gptoss_patch.launcher import preflight, reproducibility
-    from gptoss_patch.launcher.results import Status, worst
-
-    checks = (*preflight.run_checks(plan), *reproducibility.checks(plan))
-    show_checks(checks, everything=False)
-    failed = [c.name for c in checks if c.status is Status.FAIL]
-    if worst(checks) is Status.FAIL:
-        raise CheckFailed(f"pre-flight failed ({', '.join(dict.fromkeys(failed))}); nothing was started", hint="gptoss-patch doctor shows every check")
 
 
 def _hooks(plan: LaunchPlan, run_smoke: bool) -> runner.Hooks:
@@ -132,5 +89,10 @@ def _finish(outcome: RunOutcome) -> None:
         issue = outcome.known_issue
         render.warn(f"this matches known issue {issue.id}: {issue.title}")
         render.info(f"fix: {issue.fix}")
+    if outcome.signal is not None:  # the user stopped it: 130/143/129 like every command, whatever vLLM returned
+        import signal
+
+        render.error(f"interrupted by {signal.Signals(outcome.signal).name}; vLLM was stopped")
+        raise clikit.Exit(128 + outcome.signal)
     if outcome.exit_code:
         raise clikit.Exit(outcome.exit_code)

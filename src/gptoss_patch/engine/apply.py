@@ -6,15 +6,17 @@ Nothing is written unless every selected patch can be applied: a drifted or hand
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from gptoss_patch.engine.context import Context, decode, encode, open_context
+from gptoss_patch.engine.context import Context, decode, encode, open_context, target_of
 from gptoss_patch.engine.diff import creation_diff, unified_diff
 from gptoss_patch.engine.ledger import EMPTY, FileEntry, Store
+from gptoss_patch.engine.record import read_hashes
 from gptoss_patch.engine.releases import Identity, identify
-from gptoss_patch.engine.status import clashes, judge
+from gptoss_patch.engine.status import clashes, judge, unchosen
 from gptoss_patch.engine.transaction import FilePlan, commit, recover
 from gptoss_patch.engine.userdiffs import judge_user
 from gptoss_patch.errors import Conflict, PatchFailed, TargetError
@@ -47,9 +49,12 @@ def apply(
         pending = [p for p, r in zip(chosen, user_results) if r.state is State.PENDING]
         ctx, diff_blobs = _context_with_diffs(plain, list(diffs), pending)
         results = [judge(spec, ctx) for spec in selected(selection)]
+        _refuse_damaged(plain, results)
         _refuse_clashes(plain, results, pending)
-        _refuse_failures(results)
+        _refuse_failures(results, inst)
         plans, results = _plan_apply(ctx, [*user_results, *results], diff_blobs, pending, dry_run, with_diffs)
+        # the opt-in patches nobody named, as status and revert report them: every command counts the same patches
+        results = [*results, *(unchosen(judge(s, plain, rewrite=False)) for s in all_specs() if selection.left_out(s))]
         identity = identify(inst)
         if plans and not dry_run:
             _guard_unknown_version(identity, allow_unknown_version)
@@ -77,6 +82,48 @@ def _context_with_diffs(
     return open_context(plain.inst, overlay), blobs
 
 
+def _refuse_damaged(plain: Context, results: list[PatchResult]) -> None:
+    """A target file that is neither what the wheel installed (RECORD) nor what gptoss-patch wrote, and on which a
+    patch drifts (one selected, skipped or opt-in alike): the file is damaged (truncated, a bad copy, a hand edit
+    in the patched code), not the patch. Leaving its patches out would leave the file damaged, or half-patched
+    with the patches of other files; the fix is a reinstall, as `audit` says. Nothing is written."""
+    inst = plain.inst
+    version = inst.version
+    targets: dict[str, list[PatchSpec]] = {}
+    for spec in all_specs():
+        if (rel := target_of(spec, version)) is not None:
+            targets.setdefault(rel, []).append(spec)
+    rows = read_hashes(inst.record, set(targets))
+    for rel, specs in targets.items():
+        why = _damage(plain, rel, rows.get(rel))
+        if why is None:
+            continue
+        shown = {r.id: r for r in results if r.file == rel}
+        drifted = [r for spec in specs if (r := shown.get(spec.id) or judge(spec, plain)).state is State.DRIFTED]
+        if drifted:
+            ids = ", ".join(r.id for r in drifted)
+            raise PatchFailed(
+                f"{rel} {why}: {ids} drift{'s' if len(drifted) == 1 else ''} on it ({drifted[0].reason}); "
+                "--skip would leave it damaged; nothing was written",
+                hint=f"reinstall vllm to get the file back: {inst.reinstall_command}; then apply again "
+                f"(a change of yours in it: capture it first, gptoss-patch capture NAME --dir DIR --files {rel})",
+            )
+
+
+def _damage(plain: Context, rel: str, expected: str | None) -> str | None:
+    """Why the file on disk is not the one vLLM installed, or None: it is (RECORD's hash, or what gptoss-patch wrote)."""
+    if expected is None:  # not in RECORD (a file a user patch created, a RECORD without hashes): nothing to compare
+        return None
+    data = plain.on_disk(rel)
+    if data is None:
+        return "is missing (RECORD lists it)"
+    digest = sha256(data)
+    entry = plain.ledger.files.get(rel)
+    if digest == expected or (entry is not None and digest in (entry.patched, entry.original)):
+        return None
+    return f"is not the file vllm {plain.inst.version} installed (sha256 {digest[:12]}, RECORD {expected[:12]}: truncated or edited?)"
+
+
 def _refuse_clashes(plain: Context, results: list[PatchResult], pending: list[UserPatch]) -> None:
     """A built-in that drifts only on top of a user patch: the two change the same lines (status.clashes)."""
     for clash in clashes(plain, results, pending):
@@ -87,7 +134,7 @@ def _refuse_clashes(plain: Context, results: list[PatchResult], pending: list[Us
         )
 
 
-def _refuse_failures(results: list[PatchResult]) -> None:
+def _refuse_failures(results: list[PatchResult], inst: Installation | None = None) -> None:
     failed = [r for r in results if r.state in (State.DRIFTED, State.MODIFIED, State.CONFLICT)]
     if failed:
         first = failed[0]
@@ -96,10 +143,17 @@ def _refuse_failures(results: list[PatchResult]) -> None:
         if first.origin:  # a user patch: its file, what is in the way, and how to mend the file
             path = first.origin.removeprefix("user: ")
             raise exc(f"user patch {first.id} ({path}): {first.reason}{more}; nothing was written", hint=_user_fix(first, path))
-        raise exc(
-            f"{first.id} is {first.state.value}: {first.reason}{more}; nothing was written",
-            hint=f"run `gptoss-patch status` for details, or leave it out with --skip {first.id}",
-        )
+        same_file = [r.id for r in failed if r.file == first.file and r.state is first.state]
+        raise exc(f"{first.id} is {first.state.value}: {first.reason}{more}; nothing was written", hint=_builtin_fix(first, same_file, inst))
+
+
+def _builtin_fix(result: PatchResult, same_file: list[str], inst: Installation | None) -> str:
+    if result.state is State.MODIFIED and inst is not None:  # --skip would only move the refusal to its file's next patch
+        only = "".join(f" --only {patch_id}" for patch_id in same_file)
+        return (f"`gptoss-patch revert --force{only} --python {shlex.quote(str(inst.python))}` puts back the bytes "
+                f"gptoss-patch started from, discarding the later changes, then apply again; to keep those changes, "
+                f"capture them first (gptoss-patch capture NAME --dir DIR --files {result.file})")
+    return f"run `gptoss-patch status` for details, or leave it out with --skip {result.id}"
 
 
 def _user_fix(result: PatchResult, path: str) -> str:
@@ -195,3 +249,8 @@ def _refuse_outside_link(inst: Installation, rel: str) -> None:
             hint=f"gptoss-patch does not write through links that leave the package: replace the link with a copy "
             f"(cp --remove-destination {real} {path}) to patch this environment alone, or --skip that patch",
         )
+
+
+# For `hook install`, which refuses what apply refuses, with the same advice (hook/installer.py).
+refuse_damaged = _refuse_damaged
+builtin_fix = _builtin_fix

@@ -17,6 +17,7 @@ import csv
 import hashlib
 import io
 import os
+import shlex
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +36,7 @@ CACHE_FORMAT = 1
 @dataclass(frozen=True)
 class Finding:
     path: str  # as RECORD names it (relative to site-packages)
-    kind: str  # changed | missing | added
+    kind: str  # changed | missing | added | orphaned
     detail: str
     hint: str
 
@@ -82,6 +83,7 @@ def audit(inst: Installation) -> Audit:
         elif digest != expected or entry is not None:
             findings.append(_changed(inst, rel, digest, ledger))
     findings.extend(added_files(inst, set(rows)))
+    findings.extend(_orphaned(inst, ledger, patched))
     return Audit(inst, len(rows), patched, tuple(sorted(findings, key=lambda f: f.path)), notices)
 
 
@@ -96,6 +98,21 @@ def _changed(inst: Installation, rel: str, digest: str, ledger: Ledger) -> Findi
     return Finding(rel, "changed", f"differs from RECORD{by} (sha256 {digest[:12]})", hint)
 
 
+def _orphaned(inst: Installation, ledger: Ledger, patched: dict[str, tuple[str, ...]]) -> list[Finding]:
+    """Files that hold what a patch wrote whose patch set is no longer installed (a plugin removed): nothing
+    re-applies or checks that patch any more, and only `revert` takes it out (a file changed since is `changed`)."""
+    from gptoss_patch.engine.status import orphan_fix
+    from gptoss_patch.registry import by_id
+
+    found = []
+    for patch_id, rels in ledger.orphans(by_id()).items():
+        for rel in rels:
+            if rel in patched:
+                found.append(Finding(rel, "orphaned", f"holds what patch {patch_id} wrote, which no installed patch set "
+                                     "provides any more (a plugin removed?)", f"take it out: {orphan_fix(inst, patch_id)}"))
+    return found
+
+
 def added_files(inst: Installation, listed: set[str]) -> list[Finding]:
     found = []
     site = inst.site_packages
@@ -105,10 +122,10 @@ def added_files(inst: Installation, listed: set[str]) -> list[Finding]:
             if name.endswith((".pyc", ".gptoss-tmp")):
                 continue
             rel = Path(folder, name).relative_to(site).as_posix()
-            if rel not in listed:
+            if rel not in listed:  # a reinstall leaves a file RECORD does not list where it is: removing it is the fix
                 found.append(Finding(rel, "added", "in the vllm package but not in RECORD",
                                      f"keep it as your own patch: gptoss-patch capture NAME --files {rel}; "
-                                     f"or remove it, or reinstall ({inst.reinstall_command})"))
+                                     f"or remove it: rm {shlex.quote(str(Path(folder, name)))}"))
     return found
 
 

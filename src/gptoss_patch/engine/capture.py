@@ -17,6 +17,7 @@ A new text file inside the package (one RECORD does not list) is captured as a g
 
 from __future__ import annotations
 
+import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,8 +30,8 @@ from gptoss_patch.engine.context import Context, decode, encode, open_context
 from gptoss_patch.engine.diff import creation_diff, unified_diff
 from gptoss_patch.engine.ledger import EMPTY, FileEntry, Store
 from gptoss_patch.engine.transaction import FilePlan, commit, recover
-from gptoss_patch.errors import Conflict, UsageError
-from gptoss_patch.fsutil import atomic_write, sha256
+from gptoss_patch.errors import Conflict, UsageError, WriteFailed, cause, detail_of
+from gptoss_patch.fsutil import atomic_write, sha256, write_failed
 from gptoss_patch.registry import by_id, ids
 from gptoss_patch.target import Installation
 from gptoss_patch.userpatches import SUFFIX, check_name, check_versions, header
@@ -82,6 +83,7 @@ def _capture(
 ) -> Captured:
     """One capture under the lock; raises _NeedWheel (nothing written) when the release's wheel must be downloaded."""
     check_name(name, ids())
+    _check_directory(directory)
     target = directory / f"{name}{SUFFIX}"
     if target.exists():
         raise UsageError(f"{target} exists already; choose another name or remove it")
@@ -235,7 +237,7 @@ def _pristine(inst: Installation, rels: list[str], pristine: Path | None, downlo
     if not candidates:
         raise UsageError(
             f"capture needs the files as {inst.label} installed them: pass --from with its wheel (--no-download: none was fetched)",
-            hint=f"{inst.python} -m pip download --no-deps {inst.distribution}=={inst.version.public} -d DIR",
+            hint=wheels.download_line(f"{inst.distribution}=={inst.version.public}", python=str(inst.python)) + ", then --from DIR/WHEEL",
         )
     refused: UsageError | None = None
     for wheel in candidates:  # several platforms' wheels of one release may be cached: the one RECORD confirms
@@ -263,13 +265,27 @@ def _from_wheel(inst: Installation, rels: list[str], pristine: Path) -> dict[str
                     raise UsageError(f"{pristine} is not the wheel of {inst.label}: its {rel} differs from RECORD")
                 out[rel] = data
     except (OSError, zipfile.BadZipFile) as exc:
-        raise UsageError(f"cannot read {pristine} as a wheel: {exc.__class__.__name__}") from None
+        raise UsageError(f"cannot read {pristine} as a wheel: {cause(exc)}", detail=detail_of(exc)) from None
     return out
 
 
+def _check_directory(directory: Path) -> None:
+    """Refuse, before anything is read or downloaded, a --dir that cannot be (or become) a writable directory."""
+    if directory.exists() and not directory.is_dir():
+        raise UsageError(f"patch directory {directory} is not a directory; pass --dir with a directory (it is created if missing)")
+    existing = next(p for p in (directory, *directory.absolute().parents) if p.exists())
+    if not existing.is_dir():
+        raise UsageError(f"patch directory {directory} cannot be created: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise WriteFailed(f"cannot write {directory}: permission denied in {existing}; nothing was changed",
+                          hint="pass --dir with a directory you can write to")
+
+
 def _write_patch(directory: Path, target: Path, text: str) -> None:
-    if not directory.is_dir():
-        raise UsageError(f"patch directory {directory} does not exist")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)  # `--dir ./vllm-patches` on a first capture: created
+    except OSError as exc:
+        raise write_failed(directory, exc) from None
     atomic_write(target, text.encode("utf-8"), 0o644)
 
 

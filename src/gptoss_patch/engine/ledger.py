@@ -16,14 +16,14 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from gptoss_patch.engine import faults
 from gptoss_patch.engine.record import register, unregister
-from gptoss_patch.errors import Conflict, GptossPatchError, Locked
+from gptoss_patch.errors import Conflict, GptossPatchError, Locked, cause
 from gptoss_patch.fsutil import atomic_write, fsync_dir, sha256, temp_name, write_failed
 from gptoss_patch.target import Installation
 
@@ -54,6 +54,17 @@ class FileEntry:
 class Ledger:
     vllm_version: str
     files: dict[str, FileEntry] = field(default_factory=dict)
+
+    def orphans(self, known: Collection[str]) -> dict[str, tuple[str, ...]]:
+        """Patch ids it records that are neither in `known` (the installed patch sets) nor a user patch it
+        applied: a plugin uninstalled after apply. id -> the files it names it for, in the ledger's order."""
+        found: dict[str, list[str]] = {}
+        for rel, entry in self.files.items():
+            users = {name for name, _ in entry.user}
+            for patch_id in entry.patches:
+                if patch_id not in known and patch_id not in users:
+                    found.setdefault(patch_id, []).append(rel)
+        return {patch_id: tuple(rels) for patch_id, rels in found.items()}
 
     def to_json(self) -> dict[str, Any]:
         files = {
@@ -143,7 +154,7 @@ class Store:
         try:
             return json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            raise self._corrupt(f"unreadable ({exc.__class__.__name__})") from None
+            raise self._corrupt(f"unreadable ({cause(exc)})") from None
 
     def _corrupt(self, why: str) -> Conflict:
         return Conflict(

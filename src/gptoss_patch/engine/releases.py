@@ -35,7 +35,8 @@ class Identity:
     evidence: str = ""  # what the file comparison found ("" for stock vLLM, where none is needed)
 
     def to_json(self) -> dict[str, Any]:
-        return {"recognised_as": self.release, "evidence": self.evidence} if self.evidence else {}
+        unchecked = {"unchecked": self.unverified} if self.unverified else {}  # its verdicts come from code shape alone
+        return {"recognised_as": self.release, "evidence": self.evidence, **unchecked} if self.evidence else unchecked
 
 
 def identify(inst: Installation) -> Identity:

@@ -27,9 +27,11 @@ def revert(
         notices = recover(inst, locked=True)
         ctx = open_context(inst)
         recorded_user = {name for e in ctx.ledger.files.values() for name, _ in e.user}
-        wanted = {s.id for s in selected(selection, opt_in=True)} | {n for n in recorded_user if selection.wants(n)}
+        orphans = [o for o in ctx.ledger.orphans(by_id()) if selection.wants(o)]  # no codemod needed: the ledger has the bytes
+        wanted = {s.id for s in selected(selection, opt_in=True)} | {n for n in recorded_user if selection.wants(n)} | set(orphans)
         plans = [p for rel, entry in ctx.ledger.files.items() if (p := _plan_revert(ctx, rel, entry, wanted, force))]
-        results = _user_results(ctx, selection, plans, user) + _revert_results(ctx, selection, {p.rel for p in plans})
+        results = (_user_results(ctx, selection, plans, user) + _revert_results(ctx, selection, {p.rel for p in plans})
+                   + _orphan_results(ctx, orphans, plans))
         if plans:
             commit(ctx, "revert", plans)
     return Report(inst, tuple(results), notices, identify(inst))
@@ -39,6 +41,25 @@ def recorded_user_patches(inst: Installation) -> tuple[str, ...]:
     """The names of the user patches the ledger records (what `revert --only NAME` may name)."""
     files = Store(inst).load().files.values()
     return tuple(dict.fromkeys(name for entry in files for name, _ in entry.user))
+
+
+def orphaned_patches(inst: Installation) -> tuple[str, ...]:
+    """The patch ids the ledger records that no installed patch set provides (what `revert --only ID` may name too)."""
+    return tuple(Store(inst).load().orphans(by_id()))
+
+
+def _orphan_results(ctx: Context, orphans: list[str], plans: list[FilePlan]) -> list[PatchResult]:
+    """One result per orphaned patch this revert took out (its files back to the ledger's original bytes)."""
+    before = ctx.ledger.orphans(by_id())
+    left = {p.rel: p.entry.patches if p.entry else () for p in plans}  # what each reverted file keeps
+    results = []
+    for patch_id in orphans:
+        rels = before[patch_id]
+        done = [rel for rel in rels if rel in left and patch_id not in left[rel]]
+        if done:
+            results.append(PatchResult(patch_id, State.NOT_NEEDED, "reverted to the original bytes (its patch set is no longer "
+                                       "installed: nothing applies it again)", rels[0], changed=True, files=tuple(done)))
+    return results
 
 
 def _plan_revert(ctx: Context, rel: str, entry: FileEntry, wanted: set[str], force: bool) -> FilePlan | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -33,7 +34,27 @@ def status(inst: Installation, selection: Selection = Selection(), user: Sequenc
     mine = [_clash(p, judge_user(p, ctx), ctx, builtins) for p in user if selection.wants(p.name)]
     if rust_frontend(inst, os.environ):
         builtins = [_bypassed(r) for r in builtins]
-    return Report(inst, (*mine, *builtins), notices, identify(inst))
+    return Report(inst, (*mine, *builtins, *orphaned(ctx, selection)), notices, identify(inst))
+
+
+def orphaned(ctx: Context, selection: Selection = Selection()) -> list[PatchResult]:
+    """The patches the ledger names that no installed patch set provides (a plugin removed after apply): the
+    files still hold what they wrote, and only `revert` (from the ledger's original bytes) takes them out."""
+    results = []
+    for patch_id, rels in ctx.ledger.orphans(by_id()).items():
+        if not selection.wants(patch_id):
+            continue
+        changed = [rel for rel in rels if (data := ctx.read(rel)) is None or sha256(data) != ctx.ledger.files[rel].patched]
+        since = f"; {', '.join(changed)} changed since it was written (--force discards that)" if changed else ""
+        reason = (f"applied by gptoss-patch, but no installed patch set provides it any more (a plugin removed?){since}; "
+                  f"`{orphan_fix(ctx.inst, patch_id, force=bool(changed))}` restores the original bytes from the ledger")
+        results.append(PatchResult(patch_id, State.ORPHANED, reason, rels[0], files=rels))
+    return results
+
+
+def orphan_fix(inst: Installation, patch_id: str, *, force: bool = False) -> str:
+    """The command that takes an orphaned patch out of `inst` (revert needs no codemod: the ledger has the bytes)."""
+    return f"gptoss-patch revert{' --force' if force else ''} --only {patch_id} --python {shlex.quote(str(inst.python))}"
 
 
 def _clash(patch: UserPatch, result: PatchResult, ctx: Context, builtins: list[PatchResult]) -> PatchResult:

@@ -12,7 +12,7 @@ import re
 import tempfile
 from pathlib import Path, PurePosixPath
 
-from gptoss_patch.errors import PatchFailed, UsageError
+from gptoss_patch.errors import PatchFailed, UsageError, cause, detail_of
 from gptoss_patch.target import Installation
 
 _HEADER = re.compile(r"^(?:---|\+\+\+) (?:[ab]/)?(\S+)", re.MULTILINE)
@@ -64,7 +64,7 @@ def _read(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read diff {path}: {exc.__class__.__name__}") from None
+        raise UsageError(f"cannot read diff {path}: {cause(exc)}", detail=detail_of(exc)) from None
 
 
 def _original(inst: Installation, rel: str) -> bytes:

@@ -24,7 +24,7 @@ from typing import Any
 from gptoss_patch import __version__, distinfo, engine, registry, userpatches
 from gptoss_patch.engine import record
 from gptoss_patch.engine.ledger import Store
-from gptoss_patch.errors import Conflict, PatchFailed, TargetError, UsageError, WriteFailed
+from gptoss_patch.errors import Conflict, PatchFailed, TargetError, UsageError, WriteFailed, cause, detail_of
 from gptoss_patch.fsutil import atomic_write, sha256, write_failed
 from gptoss_patch.hook import plugin
 from gptoss_patch.spec import Report, Selection, State
@@ -142,16 +142,33 @@ def _stored_selection(previous: dict[str, Any] | None) -> Selection:
 
 
 def _refuse_unfixable(report: Report) -> None:
-    """A drifted or hand-edited patch would make every vLLM start refuse: say so now instead."""
-    bad = [r for r in report.results if r.state in (State.DRIFTED, State.MODIFIED, State.CONFLICT)]
-    if bad:
-        first = bad[0]
-        exc = PatchFailed if first.state is State.DRIFTED else Conflict
-        raise exc(
-            f"{'user patch' if first.origin else 'patch'} {first.id} is {first.state.value}: {first.reason}; "
-            "the hook was not installed (it would refuse every vLLM start over it)",
-            hint=f"fix it first (gptoss-patch status), or leave it out with --skip {first.id}",
-        )
+    """A damaged, drifted, hand-edited, conflicting or orphaned patch would make every vLLM start refuse: say so now,
+    with the advice apply and status give (reinstall a damaged file, `revert --force --only` a modified patch,
+    `revert --only` an orphaned one)."""
+    from gptoss_patch.engine.apply import builtin_fix, refuse_damaged
+    from gptoss_patch.engine.context import open_context
+    from gptoss_patch.engine.status import orphan_fix
+
+    inst = report.installation
+    not_installed = "the hook was not installed (it would refuse every vLLM start over it)"
+    try:
+        refuse_damaged(open_context(inst), list(report.results))
+    except PatchFailed as exc:
+        raise PatchFailed(f"{str(exc).removesuffix('; nothing was written')}; {not_installed}", hint=exc.hint) from None
+    bad = [r for r in report.results if r.state in (State.DRIFTED, State.MODIFIED, State.CONFLICT, State.ORPHANED)]
+    if not bad:
+        return
+    first = bad[0]
+    error = PatchFailed if first.state is State.DRIFTED else Conflict
+    if first.state is State.ORPHANED:
+        hint = f"take it out first: {orphan_fix(inst, first.id, force='changed since' in first.reason)}"
+    elif first.origin:
+        hint = f"fix it first (gptoss-patch status), or leave it out with --skip {first.id}"
+    else:
+        same_file = [r.id for r in bad if r.file == first.file and r.state is first.state]
+        hint = builtin_fix(first, same_file, inst)
+    raise error(f"{'user patch' if first.origin else 'patch'} {first.id} is {first.state.value}: {first.reason}; {not_installed}",
+              hint=hint)
 
 
 def expectation(report: Report, mode: str, chosen: Selection, tool: str) -> dict[str, Any]:
@@ -308,5 +325,5 @@ def purelib(python: str) -> Path:
     try:
         proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     except (OSError, subprocess.SubprocessError) as exc:
-        raise TargetError(f"{python} is not a usable Python interpreter ({exc.__class__.__name__})") from None
+        raise TargetError(f"{python} is not a usable Python interpreter ({cause(exc)})", detail=detail_of(exc)) from None
     return Path(proc.stdout.strip())

@@ -321,7 +321,49 @@ def fix_command(verdict: Verdict, state: dict | None, python: str | None = None)
 
 def reinstall_command(python: str, distribution: str, version: str) -> str:
     """pip's reinstall of this distribution; a local build (`+cu129`) gets its public release, the one an index has."""
-    return f"{python} -m pip install --force-reinstall --no-deps {distribution}=={version.partition('+')[0]}"
+    return pip_command(python, "install", "--force-reinstall", "--no-deps", f"{distribution}=={version.partition('+')[0]}")
+
+
+_UV_SPELLING = {"--force-reinstall": "--reinstall", "-y": None}  # pip's option -> uv pip's (None: uv has none)
+
+
+def pip_command(python: str, subcommand: str, *args: str) -> str:
+    """The shell line that runs `pip SUBCOMMAND ARGS` for `python`'s environment, for a hint to print (the hook's
+    fix lines, and gptoss_patch.target.pip_command's, which calls this one).
+
+    The one builder of such lines: `PYTHON -m pip ...` where that environment has pip; else (a venv made by
+    uv or with --without-pip) `uv pip SUBCOMMAND --python PYTHON ...` when uv is on PATH; else gptoss-patch's
+    own pip aimed at it (`pip --python PYTHON ...`); else pip put there first from Python's bundled wheel
+    (`PYTHON -m ensurepip && PYTHON -m pip ...`)."""
+    import importlib.util
+    import shutil
+
+    py = shlex.quote(python)
+    words = " ".join(shlex.quote(a) for a in args)
+    if has_pip(python):
+        return f"{py} -m pip {subcommand} {words}".rstrip()
+    if shutil.which("uv"):
+        spelled = [_UV_SPELLING.get(a, a) for a in args]
+        rest = " ".join(shlex.quote(a) for a in spelled if a is not None)
+        return f"uv pip {subcommand} --python {py} {rest}".rstrip()
+    if importlib.util.find_spec("pip") is not None:
+        return f"{shlex.quote(sys.executable)} -m pip --python {py} {subcommand} {words}".rstrip()
+    return f"{py} -m ensurepip && {py} -m pip {subcommand} {words}".rstrip()
+
+
+def has_pip(python: str) -> bool:
+    """Whether `python` can run `-m pip`, read statically for a virtualenv (its own site-packages, or the base's
+    when it includes the system site-packages, which we cannot see: then yes). Not a virtualenv: yes."""
+    prefix = Path(python).parent.parent
+    try:
+        config = (prefix / "pyvenv.cfg").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return True
+    if any(line.replace(" ", "").lower() == "include-system-site-packages=true" for line in config.splitlines()):
+        return True
+    own = [*prefix.glob("lib/python*/site-packages/pip"), *prefix.glob("lib64/python*/site-packages/pip"),
+           prefix / "Lib" / "site-packages" / "pip"]
+    return any((site / "__init__.py").is_file() for site in own)
 
 
 def _selection_args(state: dict | None) -> str:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gptoss_patch.errors import UsageError
+from gptoss_patch.errors import UsageError, cause
 from gptoss_patch.launcher.static import scan_flags
 
 TP_FLAGS = ("--tensor-parallel-size", "-tp")
@@ -201,7 +201,7 @@ def inventory(environ: Mapping[str, str], *, run: Callable[..., subprocess.Compl
     try:
         proc = run([exe, f"--query-gpu={GPU_QUERY}", "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return Inventory(problem=f"nvidia-smi failed ({exc.__class__.__name__})")
+        return Inventory(problem=f"nvidia-smi failed ({cause(exc)})")
     if proc.returncode != 0:
         return Inventory(problem="nvidia-smi failed: " + (proc.stderr.strip().splitlines() or ["no output"])[0])
     gpus, problem = parse_gpus(proc.stdout)
@@ -282,6 +282,7 @@ class Shape:
     max_position_embeddings: int
     weights_bytes: int
     vocab_size: int = 201088  # gpt-oss's o200k_harmony vocabulary
+    expert_bytes: int = 0  # the routed experts' share of weights_bytes (what vLLM's fused MoE layers shard)
 
     @property
     def is_120b(self) -> bool:
@@ -333,19 +334,22 @@ def _local_shape(directory: Path, config: Path) -> Shape | None:
     return _shape_of(recipe, "its config.json", weights, name=str(directory))
 
 
-def _recipe_bytes(recipe: Any) -> int:
+def _recipe_bytes(recipe: Any, *, experts_only: bool = False) -> int:
     from gptoss_patch.model.checkpoint import tensor_plan
 
     try:
-        return sum(t.nbytes for t in tensor_plan(recipe))
+        plan = tensor_plan(recipe)
     except UsageError:  # MXFP4 with sizes that are not multiples of the block: count bf16
         from dataclasses import replace
 
-        return sum(t.nbytes for t in tensor_plan(replace(recipe, experts="bf16")))
+        plan = tensor_plan(replace(recipe, experts="bf16"))
+    return sum(t.nbytes for t in plan if not experts_only or ".mlp.experts." in t.name)
 
 
 def _shape_of(recipe: Any, source: str, weights: int, *, name: str) -> Shape:
     full = sum(1 for kind in recipe.layer_types if kind != "sliding_attention")
+    planned = _recipe_bytes(recipe)
+    experts = round(weights * _recipe_bytes(recipe, experts_only=True) / planned) if planned else 0  # on disk: same share
     return Shape(
         name=name,
         source=source,
@@ -359,6 +363,7 @@ def _shape_of(recipe: Any, source: str, weights: int, *, name: str) -> Shape:
         max_position_embeddings=recipe.max_position_embeddings,
         weights_bytes=weights,
         vocab_size=recipe.vocab_size,
+        expert_bytes=experts,
     )
 
 
@@ -447,14 +452,42 @@ class MemoryEstimate:
         return max(0, left // self.kv_one_sequence) if self.kv_one_sequence else 0
 
 
-def kv_bytes_per_sequence(shape: Shape, layout: Layout, length: int, dtype_bytes: int) -> int:
-    """Keys and values of one request at `length` tokens on one GPU: full-attention layers hold every token,
-    sliding-window layers the window; KV heads split over TP (replicated once TP exceeds them), layers over PP."""
+KV_BLOCK_TOKENS = 16  # vLLM's default KV block size on CUDA (CacheConfig.block_size)
+
+
+def kv_bytes_per_sequence(shape: Shape, layout: Layout, length: int, dtype_bytes: int, *, batched_tokens: int) -> int:
+    """Keys and values vLLM sets aside for one request at `length` tokens on one GPU, as its "Maximum concurrency"
+    counts them (vllm/v1/core/kv_cache_utils.py `get_max_concurrency_for_kv_cache_config`, read on 0.20.2).
+
+    gpt-oss alternates sliding-window (128 tokens) and full-attention layers: 18 + 18 for 120b, 12 + 12 for 20b;
+    8 KV heads of head_dim 64, so a layer's token takes 2 (K, V) x 8 x 64 x 2 bytes (bf16) = 2 KiB, split over TP.
+    The hybrid allocator keeps one pool of blocks for both groups, and a request is admitted for the *sum* of what
+    each group may hold (`max_memory_usage_bytes` of each KVCacheSpec):
+    - full attention (FullAttentionSpec): cdiv(length, block) blocks;
+    - sliding window (SlidingWindowSpec.max_admission_blocks_per_request): during chunked prefill it keeps the last
+      window - 1 tokens *plus the newly scheduled chunk*, so cdiv(min(window - 1 + max_num_batched_tokens, length),
+      block) + 1 blocks, not the window. With vLLM's 8192 batched tokens and --max-model-len 8192 that is the
+      whole request: every sliding layer costs what a full one does, and half as many requests fit as a
+      window-only count says (doctor said 628 on two H200s at TP=2, vLLM 319).
+    Layers are split over PP."""
     heads = max(1, shape.kv_heads // layout.tp)
     per_layer_token = 2 * heads * shape.head_dim * dtype_bytes
+    block = KV_BLOCK_TOKENS
     sliding = shape.layers - shape.full_attention_layers
-    tokens = shape.full_attention_layers * length + sliding * min(length, shape.sliding_window)
+    full_tokens = math.ceil(length / block) * block
+    window_tokens = (math.ceil(min(shape.sliding_window - 1 + batched_tokens, length) / block) + 1) * block
+    tokens = shape.full_attention_layers * full_tokens + sliding * window_tokens
     return math.ceil(per_layer_token * tokens / layout.pp)
+
+
+def weights_per_gpu(shape: Shape, layout: Layout) -> int:
+    """One GPU's share of the weights. Attention, embeddings and norms split over TP x PP; the routed experts
+    over TP x DP x PP as well: vLLM's fused MoE layers shard across the data-parallel ranks too, with or without
+    --enable-expert-parallel (FusedMoEParallelConfig.make, read on 0.20.2: without EP, `flatten_tp_across_dp`
+    makes the MoE tensor-parallel over TP x DP, "AllGather+ReduceScatter dispatch/combine"; with EP the experts are
+    split over the same TP x DP ranks). So `-dp 2` is not two whole copies: 120b loaded 35.7 GiB per rank."""
+    dense = shape.weights_bytes - shape.expert_bytes
+    return math.ceil(dense / layout.model_parallel + shape.expert_bytes / (layout.model_parallel * layout.dp))
 
 
 def estimate(shape: Shape, layout: Layout, gpu: Gpu, args: Sequence[str], *,
@@ -472,8 +505,8 @@ def estimate(shape: Shape, layout: Layout, gpu: Gpu, args: Sequence[str], *,
     return MemoryEstimate(
         total=total,
         utilization=utilization,
-        weights=math.ceil(shape.weights_bytes / layout.model_parallel),
-        kv_one_sequence=kv_bytes_per_sequence(shape, layout, length, dtype_bytes),
+        weights=weights_per_gpu(shape, layout),
+        kv_one_sequence=kv_bytes_per_sequence(shape, layout, length, dtype_bytes, batched_tokens=batched),
         activations=int(ACTIVATION_MIB_PER_TOKEN * MIB * batched),
         runtime=int(RUNTIME_GIB * GIB),
         max_model_len=length,

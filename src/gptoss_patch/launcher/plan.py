@@ -99,7 +99,7 @@ def resolve(inst: Installation, options: LaunchOptions, environ: Mapping[str, st
         profile=options.gpu.profile,
         profile_source=options.gpu.source,
         settings=tuple(kept),
-        notes=(*profile.notes, *moe_notes, *parallel_notes, *dropped, *_patch_environment_notes(report)),
+        notes=(*profile.notes, *moe_notes, *parallel_notes, *dropped, *_patch_environment_notes(report, options, environ)),
         extra_args=tuple(options.extra_args),
         base_env=environ,
         expected_moe=_expected_moe(profile.moe_pin, kept, options.extra_args, environ),
@@ -296,12 +296,19 @@ def _patch_environment(report: Report, caps: static.Capabilities, options: Launc
     ]
 
 
-def _patch_environment_notes(report: Report) -> list[str]:
-    return [
-        f"{env.name} not set: {result.id} is {result.state.value}, {env.unset_why}"
-        for result, env in _serve_envs(report)
-        if result.state not in IN_EFFECT
-    ]
+def _patch_environment_notes(report: Report, options: LaunchOptions, environ: Mapping[str, str]) -> list[str]:
+    """A variable a patch would have `serve` set, left unset while the patch is not in effect: a note only where
+    someone wants it (its launcher option was given, it is set in the environment, or it is always set)."""
+    chosen = {"", f"--instructions {options.placement}"}
+    notes = []
+    for result, env in _serve_envs(report):
+        if result.state in IN_EFFECT:
+            continue
+        if env.name in environ:
+            notes.append(f"{env.name}={environ[env.name]} in your environment: {result.id} is {result.state.value}, {env.unset_why}")
+        elif env.choice in chosen:
+            notes.append(f"{env.name} not set: {result.id} is {result.state.value}, {env.unset_why}")
+    return notes
 
 
 def _hook_override(inst: Installation, options: LaunchOptions, report: Report) -> list[Setting]:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import errno
 import ipaddress
 import math
 import os
-import socket
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,7 +12,9 @@ from typing import TYPE_CHECKING
 from gptoss_patch.errors import TargetError, UsageError
 from gptoss_patch.launcher import knowledge, parallel, plan as planning, profiles, serving_traps
 from gptoss_patch.launcher.results import Check, LaunchPlan, Status
+from gptoss_patch.launcher.runner import bind_problem
 from gptoss_patch.launcher.static import Capabilities, FlagUse, scan_flags
+from gptoss_patch.target import pip_command
 
 if TYPE_CHECKING:
     from gptoss_patch.target import Installation
@@ -194,6 +194,8 @@ def _flag_advice(plan: LaunchPlan) -> list[Check]:
 
 
 def _enforce_eager(plan: LaunchPlan) -> list[Check]:
+    if plan.profile == "cpu":  # no CUDA graphs on the CPU path: nothing to disable
+        return []
     switches = [use.name for use in scan_flags(plan.extra_args) if use.name in ("--enforce-eager", "--no-enforce-eager")]
     if not switches or switches[-1] != "--enforce-eager":  # argparse keeps the last one
         return []
@@ -270,8 +272,8 @@ def _bundled_vocabulary(inst: Installation) -> list[Check]:
     """From 0.31 oss-harmony embeds the vocabulary; a co-installed openai-harmony overwrites those files."""
     if any(Path(inst.site_packages).glob("openai_harmony-*.dist-info")):
         message = "openai-harmony is installed next to oss-harmony and replaces its embedded vocabulary files"
-        pip = f"{inst.python} -m pip"
-        fix = f"{pip} uninstall openai-harmony, then {pip} install --force-reinstall --no-deps oss-harmony"
+        uninstall = pip_command(inst.python, "uninstall", "-y", "openai-harmony")
+        fix = f"{uninstall}, then {pip_command(inst.python, 'install', '--force-reinstall', '--no-deps', 'oss-harmony')}"
         return [Check("vocab", Status.WARN, message, fix=fix, issue="G01")]
     return [Check("vocab", Status.PASS, f"bundled: vLLM {inst.version} uses oss-harmony, which embeds the vocabulary")]
 
@@ -306,6 +308,8 @@ def is_loopback(host: str) -> bool:
 
 
 def check_capture_sizes(plan: LaunchPlan) -> list[Check]:
+    if plan.profile == "cpu":  # CUDA-graph capture sizes mean nothing on the CPU path
+        return []
     setting = next((s for s in plan.settings if profiles.is_capture_setting(s)), None)
     if setting is not None:
         return [Check("capture-sizes", Status.PASS, f"{setting.name}: {setting.why}", issue="G20")]
@@ -394,21 +398,6 @@ def _port(plan: LaunchPlan) -> list[Check]:
     if problem is None:
         return [Check("port", Status.PASS, f"{host}:{port} is free")]
     return [Check("port", Status.FAIL, f"cannot listen on {host}:{port}: {problem}", fix="pick another --port, or stop what holds it")]
-
-
-def bind_problem(host: str, port: int) -> str | None:
-    """Why a server could not listen on host:port now, or None; SO_REUSEADDR so TIME_WAIT is no false alarm."""
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-    except socket.gaierror as exc:
-        return f"cannot resolve {host} ({exc.strerror})"
-    with socket.socket(family, kind, proto) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(address)
-        except OSError as exc:
-            return "the port is in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
-    return None
 
 
 # -- more than one GPU (G33-G38, G42) --------------------------------------------------------------
@@ -534,7 +523,8 @@ def _memory(plan: LaunchPlan, context: parallel.Context) -> list[Check]:
         return [Check("memory", Status.WARN, message, issue="G37")]
     g = parallel.gib
     checks = []
-    breakdown = (f"weights {g(found.weights)} + one {found.max_model_len}-token request's KV cache {g(found.kv_one_sequence)} "
+    experts_split = f" (the experts split over {context.layout.tp * context.layout.dp} ranks: TP x DP)" if context.layout.dp > 1 else ""
+    breakdown = (f"weights {g(found.weights)}{experts_split} + one {found.max_model_len}-token request's KV cache {g(found.kv_one_sequence)} "
                  f"+ activations for {found.batched_tokens} batched tokens {g(found.activations)} + runtime {g(found.runtime)}")
     budget = f"{found.utilization:g} x {g(found.total)} = {g(found.budget)}"
     if not found.fits:
@@ -580,11 +570,13 @@ def _sampler_warm_up(context: parallel.Context, gpu: parallel.Gpu, argv: Sequenc
     room = parallel.sampler_headroom(context.shape, context.layout, gpu, argv, default_utilization=context.default_utilization)
     if room is None or not room.short:
         return []
-    # The warning only where it was measured to matter: gpt-oss-120b without expandable segments (one H200 stopped
-    # there). The 20b at vLLM's defaults on an H100, and the 120b on an H100 with expandable segments, warmed up
-    # 1024 sequences with less room than this estimate asks for. Not even 2 copies fitting still fails everywhere.
+    # The warning only where it was measured to matter: gpt-oss-120b on one GPU without expandable segments (one
+    # H200 stopped there). The 20b at vLLM's defaults on an H100, the 120b on an H100 with expandable segments, and
+    # the 120b on two H200s (TP=2, DP=2: 141.5 of 143.8 GiB used, none ran out) warmed up 1024 sequences with less
+    # room than this estimate asks for. Not even 2 copies fitting still fails everywhere.
     segments = parallel.expandable_segments(plan_env.get(parallel.ALLOC_CONF_ENV))
-    if not room.clearly_over and (segments or not context.shape.is_120b):
+    measured = context.shape.is_120b and context.layout.total_gpus == 1 and not segments
+    if not room.clearly_over and not measured:
         return []
     g = parallel.gib
     message = (f"the sampler warm-up of --max-num-seqs {room.max_num_seqs} needs about {g(room.need())} per GPU "

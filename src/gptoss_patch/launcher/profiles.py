@@ -12,7 +12,7 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gptoss_patch.errors import UsageError
+from gptoss_patch.errors import UsageError, cause, detail_of
 from gptoss_patch.launcher import PROFILES
 from gptoss_patch.launcher.results import Setting
 from gptoss_patch.launcher.static import Capabilities
@@ -85,7 +85,7 @@ def _query_compute_caps(exe: str, run: Callable[..., subprocess.CompletedProcess
     try:
         proc = run([exe, "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise UsageError(f"nvidia-smi failed ({exc.__class__.__name__}); pass --gpu to choose a profile") from None
+        raise UsageError(f"nvidia-smi failed ({cause(exc)}); pass --gpu to choose a profile", detail=detail_of(exc)) from None
     if proc.returncode != 0:
         detail = (proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or ["no output"])[0]
         raise UsageError(f"nvidia-smi failed: {detail}; pass --gpu to choose a profile")

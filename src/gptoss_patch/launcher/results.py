@@ -152,3 +152,4 @@ class RunOutcome:
     last_lines: tuple[str, ...] = ()
     known_issue: KnownIssue | None = None
     smoke: SmokeReport | None = None
+    signal: int | None = None  # the first signal forwarded to vLLM (Ctrl-C, SIGTERM, SIGHUP): serve exits 128+N

@@ -105,12 +105,12 @@ def start(
     name: str | None = None,
 ) -> subprocess.Popen:
     """Start a server (or the bench driver) in a process group of its own, stderr merged into stdout, with a
-    parent-death signal; `stop` takes the whole group down. TargetError (naming `name`, else argv[0]) if it
-    cannot start."""
+    parent-death signal, and `env` through `loopback_env`; `stop` takes the whole group down. TargetError
+    (naming `name`, else argv[0]) if it cannot start."""
     try:
         return subprocess.Popen(
             list(argv),
-            env=dict(env) if env is not None else None,
+            env=loopback_env(os.environ if env is None else env),
             stdin=stdin,
             stdout=stdout,
             stderr=subprocess.STDOUT,
@@ -119,6 +119,43 @@ def start(
         )
     except OSError as exc:
         raise TargetError(f"cannot start {name or argv[0]}: {exc.strerror or exc}") from None
+
+
+def bind_problem(host: str, port: int) -> str | None:
+    """Why a server could not listen on host:port now, or None; SO_REUSEADDR so TIME_WAIT is no false alarm.
+
+    The one answer to "is this port free": pre-flight (serve, doctor) and bench / numerics (bench/servers.py) ask here."""
+    import errno
+    import socket
+
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as exc:
+        return f"cannot resolve {host} ({exc.strerror})"
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            return "the port is in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
+    return None
+
+
+NO_PROXY_HOSTS = ("127.0.0.1", "localhost")  # the servers the tool starts listen on loopback
+
+
+def loopback_env(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` with no_proxy and NO_PROXY extended by 127.0.0.1 and localhost (the user's entries of both kept, first).
+
+    Every process `start` runs (vLLM itself, bench's driver: vLLM's own benchmark client in the target
+    interpreter) talks to our loopback servers with clients that honour http_proxy; a company proxy cannot
+    reach 127.0.0.1, so without this every benchmark request would fail. launcher/http.py does the same for
+    the tool's own requests."""
+    entries: list[str] = []
+    for name in ("no_proxy", "NO_PROXY"):  # one list for both: clients differ in which of the two wins
+        entries += [e.strip() for e in env.get(name, "").split(",") if e.strip() and e.strip() not in entries]
+    merged = ",".join([*entries, *(h for h in NO_PROXY_HOSTS if h not in entries)])
+    return {**env, "no_proxy": merged, "NO_PROXY": merged}
 
 
 def wait_healthy(
@@ -329,4 +366,5 @@ def _outcome(state: _Run, log_file: Path) -> RunOutcome:
         last_lines=tuple(tail[-TAIL_LINES:]) if crashed else (),
         known_issue=knowledge.diagnose(tail) if crashed else None,
         smoke=state.smoke,
+        signal=state.signals[0] if state.signals else None,
     )

@@ -4,7 +4,8 @@ Each returns Checks with a fix and a known-issue id (docs/known-issues.md): two 
 `openai_harmony` package (G26), the Rust frontend bypassing the Python patches (G27), tool calls without
 the gpt-oss tool parser (G28), MoE backends forced on GB10 that fail there (G29), an FP8 KV cache that also
 quantizes the sliding-window layers (G30), and structured-output backends that reject harmony's
-structural tags (G31), and FlashInfer's SM90 MoE kernel asked for before it has been compiled (G32). A check
+structural tags (G31), FlashInfer's SM90 MoE kernel asked for before it has been compiled (G32), and from 0.33.0
+no --reasoning-effort-map where the patch used to map efforts harmony rejects (G11). A check
 that cannot decide says why in a warning; it never passes by default.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import shlex
 from pathlib import Path
 
 from gptoss_patch import distinfo
@@ -20,6 +22,7 @@ from gptoss_patch.launcher import plan as planning
 from gptoss_patch.launcher.results import Check, LaunchPlan, Status
 from gptoss_patch.launcher.static import scan_flags
 from gptoss_patch.spec import RUST_FRONTEND, State, rust_frontend_on
+from gptoss_patch.target import pip_command
 
 HARMONY_PACKAGE = "openai_harmony/"
 HARMONY_DISTRIBUTIONS = ("openai-harmony", "oss-harmony")
@@ -60,7 +63,31 @@ def run(plan: LaunchPlan) -> list[Check]:
         *check_kv_cache_skip(plan),
         *check_structured_outputs(plan),
         *check_flashinfer_moe_build(plan),
+        *check_reasoning_effort_map(plan),
     ]
+
+
+# -- G11: from 0.33.0 the effort map is vLLM's own flag, and it maps nothing by default -----------------
+
+EFFORT_MAP_FLAG = "--reasoning-effort-map"
+
+
+def check_reasoning_effort_map(plan: LaunchPlan) -> list[Check]:
+    """harmony_reasoning_effort maps minimal/xhigh/max before 0.33; 0.33.0 has the flag instead, unset by default,
+    so a move from patched 0.32 to 0.33 brings the 400s back unless the server is given the map."""
+    if not plan.capabilities.has_flag(EFFORT_MAP_FLAG):
+        return []
+    from gptoss_patch.patches.harmony_reasoning_effort import DEFAULT_MAP
+
+    given = planning.effective(plan, EFFORT_MAP_FLAG)
+    if given:
+        return [Check("reasoning-effort", Status.PASS, f"{EFFORT_MAP_FLAG} {given}: efforts it names are mapped before harmony",
+                      issue="G11")]
+    value = shlex.quote(json.dumps(DEFAULT_MAP))
+    message = (f"vLLM {plan.installation.version} maps no reasoning effort by default: a request with reasoning_effort "
+               f"{', '.join(DEFAULT_MAP)} (Codex, the Agents SDK) gets a 400, harmony knows only low, medium and high "
+               "(before 0.33 the patch harmony_reasoning_effort mapped them)")
+    return [Check("reasoning-effort", Status.WARN, message, fix=f"pass {EFFORT_MAP_FLAG} {value} to vLLM (after --)", issue="G11")]
 
 
 # -- G26: two providers of openai_harmony ---------------------------------------------------------
@@ -82,8 +109,8 @@ def check_harmony_providers(plan: LaunchPlan) -> list[Check]:
         if files:
             providers[_distribution_name(dist_info)] = files
     required = required_harmony(Path(inst.dist_info))
-    pip = f"{inst.python} -m pip"
-    reinstall = f"{pip} uninstall -y {' '.join(HARMONY_DISTRIBUTIONS)} && {pip} install --no-deps '{required or 'oss-harmony'}'"
+    uninstall = pip_command(inst.python, "uninstall", "-y", *HARMONY_DISTRIBUTIONS)
+    reinstall = f"{uninstall} && {pip_command(inst.python, 'install', '--no-deps', required or 'oss-harmony')}"
     if not providers:
         return []  # nothing to compare; a missing dependency is pip's and vLLM's to report
     if len(providers) == 1:
@@ -264,7 +291,7 @@ def check_flashinfer_moe_build(plan: LaunchPlan) -> list[Check]:
     version = installed_version(site, "flashinfer_python")
     if version is None:
         message = f"{asked} needs flashinfer-python, which is not installed in the target: vLLM refuses the backend at start-up"
-        fix = f"{plan.installation.python} -m pip check (vLLM requires flashinfer-python), or drop {asked}"
+        fix = f"{pip_command(plan.installation.python, 'check')} (vLLM requires flashinfer-python), or drop {asked}"
         return [Check("moe-build", Status.WARN, message, fix=fix, issue="G32")]
     built = compiled_sm90_moe(site, version, plan.env)
     if built is not None:

@@ -2,8 +2,9 @@
 reference, run-to-run determinism and batch invariance, and agreement between servers.
 
     kernels.py       the kernel level: the model's layer shape, kernel_check.py run in the target interpreter
-    kernel_check.py  one MoE layer (each MoE backend vLLM offers here) and the dense projections against float64
-                     (run in the target interpreter, never imported here)
+    kernel_check.py  one MoE layer (each MoE backend vLLM offers here) and the dense projections against float64,
+                     beside the same layers computed exactly with bf16 intermediates (the floor kernels.gate judges
+                     them by; run in the target interpreter, never imported here)
     served.py        the server level: the same prompts twice to each server (bench's servers), prompt logprobs
                      and greedy generations compared pass against pass
 

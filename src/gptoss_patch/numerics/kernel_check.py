@@ -20,6 +20,17 @@ the first token's output computed alone and inside the batch (0.0: the kernel is
 this vLLM or device does not offer is listed in "not_run" with the reason; an exception inside a backend is
 caught and reported the same way, so the check never fails because a kernel is missing.
 
+"floors" holds, per layer and token count, the error of the same layer computed EXACTLY with bf16 intermediates,
+what bf16 arithmetic itself costs (the floor a kernel is gated against: gptoss_patch.numerics.kernels.gate):
+{"layer", "tokens", "rel_error", "max_abs_error" (against float64, as for a result), "step" (one bf16 unit in the last
+place at the largest |output| of the floor over the batch), "step_first" (the same over the first token alone)}. For
+the MoE layer (`reference_moe`, beside the reference): the dequantized MXFP4 weights (exact in bf16), bf16
+activations, each GEMM and its bias computed exactly (float64, whose error on these sums is some 1e-16) and rounded once to bf16, the clamped SwiGLU
+from those bf16 values rounded to bf16, each expert's output rounded to bf16, the top-k weighted sum in float32
+(routing weights float32, products and sums rounded to float32 in slot order), the output rounded to bf16: what a
+kernel with fp32 (or better) accumulation and bf16 tensors between its steps computes. For a dense projection: the
+exact result rounded once to bf16. Every rounding to bf16 is correctly rounded from float64 (`to_bf16`).
+
 Weights are random, as `model random` makes them: MXFP4 experts (e2m1 nibbles, low nibble first, and e8m0
 scale bytes in `scale_bytes`), bf16 biases; the reference dequantizes the same bytes to float64, so the
 only differences measured are the kernels' (bf16 activations, their accumulation order and rounding).
@@ -51,6 +62,7 @@ def main() -> int:
         "vllm": vllm_version(),
         "reference": "float64",
         "results": [],
+        "floors": [],
         "not_run": [],
         "skipped": [],
     }
@@ -118,6 +130,46 @@ def reason_of(exc: BaseException) -> str:
     return text[:300]
 
 
+# --- the exact-bf16 floor -------------------------------------------------------------------------------------
+
+
+def bf16_ulp(value: float) -> float:
+    """One bf16 unit in the last place at |value|: the spacing of bf16 numbers there (8 significant bits), how far
+    apart two results of that magnitude can be that differ only in which way their last rounding fell (0.0 for 0)."""
+    import math
+
+    magnitude = abs(value)
+    if magnitude == 0.0 or not math.isfinite(magnitude):
+        return 0.0
+    _, exponent = math.frexp(magnitude)  # magnitude = m * 2**exponent, 0.5 <= m < 1
+    return math.ldexp(1.0, max(exponent - 8, -133))  # bf16's smallest subnormal step is 2**-133
+
+
+def to_bf16(torch, x64):
+    """float64 -> bf16, correctly rounded (to nearest, ties to even). torch converts float64 to bf16 through
+    float32, rounding twice (1 + 2**-8 + 2**-30 becomes 1.0, not 1 + 2**-7); rounding to float32 towards zero with
+    the last bit set when inexact ("round to odd") first makes the second rounding the correct one."""
+    f = x64.float()
+    bits = f.view(torch.int32)
+    bits = torch.where(f.double().abs() > x64.abs(), bits - 1, bits)  # towards zero (sign-magnitude bit pattern)
+    bits = torch.where(bits.view(torch.float32).double() != x64, bits | 1, bits)  # inexact: odd
+    return bits.view(torch.float32).to(torch.bfloat16)
+
+
+def floor_row(torch, layer: str, floor, ref) -> dict:
+    """The floor's error against float64 (as `measure` reports a kernel's) and its bf16 step sizes."""
+    floor64 = floor.double().cpu()
+    scale = ref.norm().item() or 1.0
+    return {
+        "layer": layer,
+        "tokens": int(ref.shape[0]),
+        "rel_error": (floor64 - ref).norm().item() / scale,
+        "max_abs_error": (floor64 - ref).abs().max().item(),
+        "step": bf16_ulp(floor64.abs().max().item()),
+        "step_first": bf16_ulp(floor64[0].abs().max().item()),
+    }
+
+
 # --- dense projections ----------------------------------------------------------------------------------------
 
 
@@ -140,6 +192,7 @@ def dense(torch, shape: dict, tokens: list[int], repeat: int, device: str, repor
         for count in tokens:
             x = torch.randn(count, in_features).to(torch.bfloat16)
             ref = F.linear(x.double(), weight.double(), bias.double())
+            report["floors"].append(floor_row(torch, name, to_bf16(torch, ref), ref))
             try:
                 result = measure(
                     torch, name, backend, lambda a, w=w_dev, b=b_dev: F.linear(a, w, b), x.to(device), ref, repeat
@@ -170,7 +223,9 @@ def route(torch, logits, topk: int):
 
 
 def reference_moe(torch, x, logits, layer: dict, topk: int, limit: float):
-    """float64, expert by expert: each token's top-k SwiGLU MLPs (gate/up interleaved in w13's rows), weighted.
+    """float64, expert by expert: each token's top-k SwiGLU MLPs (gate/up interleaved in w13's rows), weighted;
+    and the exact-bf16 floor of the same layer (module docstring), computed from the same dequantized experts.
+    Returns (reference float64, floor bf16), both on the CPU.
 
     Each routed expert is dequantized when it is needed (not the whole layer at once: the 120b shape's experts
     in float64 are 25 GiB, which two checks side by side could not hold on one GPU)."""
@@ -178,17 +233,35 @@ def reference_moe(torch, x, logits, layer: dict, topk: int, limit: float):
     device = layer["w13_blocks"].device
     x64 = x.double().to(device)
     out = torch.zeros_like(x64)
+    expert_out = torch.zeros(*ids.shape, x64.shape[1], dtype=torch.bfloat16, device=device)  # [tokens, top-k, hidden]
     for expert in torch.unique(ids).tolist():
         token, slot = (ids == expert).nonzero(as_tuple=True)
-        token_dev = token.to(device)
+        token_dev, slot_dev = token.to(device), slot.to(device)
         w13 = dequantize(torch, layer["w13_blocks"][expert], layer["w13_scales"][expert])
         w2 = dequantize(torch, layer["w2_blocks"][expert], layer["w2_scales"][expert])
         h = x64[token_dev] @ w13.T + layer["b13"][expert]
-        gate, up = h[:, ::2].clamp(max=limit), h[:, 1::2].clamp(min=-limit, max=limit)
-        act = gate * torch.sigmoid(ALPHA * gate) * (up + 1)
-        y = act @ w2.T + layer["b2"][expert]
+        y = swiglu(torch, h, limit) @ w2.T + layer["b2"][expert]
         out.index_add_(0, token_dev, weights[token, slot].double().to(device).unsqueeze(-1) * y)
-    return out.cpu()
+        h16 = to_bf16(torch, h).double()  # the floor: the same GEMMs, each rounded once to bf16
+        act16 = to_bf16(torch, swiglu(torch, h16, limit)).double()
+        expert_out[token_dev, slot_dev] = to_bf16(torch, act16 @ w2.T + layer["b2"][expert])
+    return out.cpu(), topk_sum_bf16(torch, expert_out, weights.to(device)).cpu()
+
+
+def swiglu(torch, h, limit: float):
+    """gpt-oss's clamped SwiGLU on the rows of w13's output (gate and up interleaved), in h's dtype."""
+    gate, up = h[:, ::2].clamp(max=limit), h[:, 1::2].clamp(min=-limit, max=limit)
+    return gate * torch.sigmoid(ALPHA * gate) * (up + 1)
+
+
+def topk_sum_bf16(torch, expert_out, weights):
+    """The floor's last step: each token's bf16 expert outputs [tokens, top-k, hidden] times its float32 routing
+    weights, summed in float32 in slot order, then rounded to bf16."""
+    products = weights.float().unsqueeze(-1) * expert_out.float()  # float32 products, each rounded once
+    total = products[:, 0]
+    for slot in range(1, products.shape[1]):
+        total = total + products[:, slot]
+    return total.to(torch.bfloat16)  # float32 -> bf16: one rounding, to nearest even
 
 
 def make_weights(torch, shape: dict, scale_bytes, device: str, *, seed: int) -> dict:
@@ -237,7 +310,8 @@ def experts(torch, payload: dict, shape: dict, tokens: list[int], repeat: int, d
         torch.manual_seed(int(payload.get("seed", 0)) + 1 + n)  # the batch of n tokens, whatever else is asked
         x = torch.randn(n, hidden).to(torch.bfloat16)
         logits = torch.randn(n, count, dtype=torch.float32)
-        ref = reference_moe(torch, x, logits, layer64, topk, weights["limit"])
+        ref, floor = reference_moe(torch, x, logits, layer64, topk, weights["limit"])
+        report["floors"].append(floor_row(torch, "moe", floor, ref))
         inputs.append((x, logits, ref))
     del layer64
     report["phases"]["moe weights and reference"] = round(time.monotonic() - phase, 1)

@@ -33,6 +33,20 @@ SHAPE_KEYS = (
 # slower (the driver compiles Marlin's whole module for one token as for 512, and the processes contend), and so
 # was a helper that compiled Marlin's kernels ahead (62 s against 48 s): the check reaches them as early as it could.
 OWN_PROCESS = ("marlin", "triton")
+# The gate (issue #38): a kernel passes when, at every token count, its error against float64 is at most
+# FLOOR_MULTIPLE times the error of the same layer computed exactly with bf16 intermediates (the floor:
+# kernel_check.py's "floors"), and when a token's output alone and inside its batch, and reruns of the same input,
+# differ by at most one bf16 step of the floor's output (one unit in the last place at its largest magnitude: two
+# results that differ only in which way their last rounding to bf16 fell are at most that far apart). Why 1.25, from the check's own layers and seeds
+# (vLLM 0.20.2; docs/performance.md, "The exact-bf16 floor"): the MoE floor is 3.59-3.68e-3 for the 20b and 120b
+# shapes on an H100 and an H200, and each further bf16 rounding of a whole intermediate tensor raises it by about
+# a tenth: the weighted expert outputs rounded too, 1.10-1.11x; the activation computed in bf16 operations,
+# 1.10-1.14x; the bias added after each GEMM's output is rounded (two more roundings), 1.21-1.26x; both,
+# 1.30-1.36x. So 1.25 admits a kernel with one more rounded tensor than exact bf16 math, with room for the 3 %
+# spread between token counts, and puts two at its edge. The dense projections (cuBLAS) sit at 1.00x, Triton's MoE
+# at 0.87-0.97x (its first GEMM applies the activation to the fp32 accumulator: that output is never rounded),
+# Marlin's at 1.37-1.51x.
+FLOOR_MULTIPLE = 1.25
 PER_PROCESS_PHASES = ("start", "moe weights and reference")  # what every process of the check goes through
 
 
@@ -71,14 +85,104 @@ class KernelReport:
     capability: list[int] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     phases: dict[str, float] = field(default_factory=dict)  # seconds per phase inside the check (JIT compiles show here)
+    floors: list[dict[str, Any]] = field(default_factory=list)  # the exact-bf16 floor per layer and token count
+    libraries: dict[str, str] = field(default_factory=dict)  # triton, triton_kernels, flashinfer (distinfo.kernel_versions)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "device": self.device, "capability": self.capability, "vllm": self.vllm, "torch": self.torch,
             "shape": {"name": self.shape.name, "source": self.shape.source, "experts": self.shape.experts, **self.shape.shape},
-            "reference": "float64", "results": self.results, "not_run": self.not_run, "skipped": self.skipped,
-            "seconds": self.seconds, "phases": self.phases,
+            "reference": "float64", "results": [against_floor(r, self.floors) for r in self.results],
+            "not_run": self.not_run, "skipped": self.skipped,
+            "seconds": self.seconds, "phases": self.phases, "floors": self.floors, "floor_multiple": FLOOR_MULTIPLE,
+            "gate": [verdict.to_json() for verdict in gate(self.results, self.floors)], "kernel_libraries": self.libraries,
         }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One kernel (layer and backend) against the exact-bf16 floor, over every token count it ran."""
+
+    layer: str
+    backend: str
+    passed: bool
+    worst_ratio: float | None  # the largest rel_error / floor over the token counts (None: no floor to compare)
+    worst_step: float | None  # the largest batch or rerun difference over its floor step (0.0: bitwise equal)
+    failures: tuple[str, ...]  # why it fails, one line per failed condition and token count
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "layer": self.layer, "backend": self.backend, "passed": self.passed, "worst_floor_ratio": self.worst_ratio,
+            "worst_step_fraction": self.worst_step, "failures": list(self.failures),
+        }  # fmt: skip
+
+
+def floor_ratio(result: dict[str, Any], floors: list[dict[str, Any]]) -> float | None:
+    """A result's error over the floor of its layer and token count (None: no floor for it)."""
+    floor = _floor_of(result, floors)
+    if floor is None or not floor.get("rel_error"):
+        return None
+    return float(result["rel_error"]) / float(floor["rel_error"])
+
+
+def against_floor(result: dict[str, Any], floors: list[dict[str, Any]]) -> dict[str, Any]:
+    """A result with its token count's floor beside it (`--json`): floor_ratio (rel_error over the floor's), and its
+    rerun and batch differences in bf16 steps of the floor (None where there is no floor or no such difference)."""
+    floor = _floor_of(result, floors) or {}
+
+    def steps(value: Any, step: Any) -> float | None:
+        return None if value is None or not step else float(value) / float(step)
+
+    return {
+        **result, "floor_ratio": floor_ratio(result, floors),
+        "run_diff_steps": steps(result.get("max_run_diff"), floor.get("step")),
+        "batch_diff_steps": steps(result.get("batch_diff"), floor.get("step_first")),
+    }  # fmt: skip
+
+
+def gate(results: list[dict[str, Any]], floors: list[dict[str, Any]], multiple: float = FLOOR_MULTIPLE) -> list[Verdict]:
+    """Each (layer, backend) of `results`, in their order, against the floors: it passes when, at every token count,
+    rel_error <= multiple x the floor's rel_error, batch_diff <= the floor's step over the first token (the token
+    computed alone and inside the batch) and max_run_diff <= the floor's step over the batch. A result without a
+    floor (a report from before floors) fails: nothing says it is within bf16 arithmetic."""
+    verdicts: list[Verdict] = []
+    keys = list(dict.fromkeys((str(r["layer"]), str(r["backend"])) for r in results))
+    for layer, backend in keys:
+        failures: list[str] = []
+        ratios: list[float] = []
+        steps: list[float] = []
+        for result in (r for r in results if (r["layer"], r["backend"]) == (layer, backend)):
+            tokens = result["tokens"]
+            floor = _floor_of(result, floors)
+            ratio = floor_ratio(result, floors)
+            if floor is None or ratio is None:
+                failures.append(f"{tokens} tokens: no exact-bf16 floor to compare with")
+                continue
+            ratios.append(ratio)
+            if ratio > multiple:
+                failures.append(
+                    f"{tokens} tokens: error {result['rel_error']:.3g} is {ratio:.2f}x the floor "
+                    f"{floor['rel_error']:.3g} (at most {multiple:g}x)"
+                )
+            for what, value, step in (
+                ("alone and inside the batch", result.get("batch_diff"), floor.get("step_first")),
+                ("rerun to rerun", result.get("max_run_diff"), floor.get("step")),
+            ):
+                if value is None or step is None:
+                    continue
+                fraction = float(value) / float(step) if step else (0.0 if value == 0 else float("inf"))
+                steps.append(fraction)
+                if value > step:
+                    failures.append(f"{tokens} tokens: {what} differ by {value:.3g}, more than one bf16 step {step:.3g}")
+        verdicts.append(Verdict(
+            layer, backend, passed=not failures, worst_ratio=max(ratios, default=None),
+            worst_step=max(steps, default=None), failures=tuple(failures),
+        ))  # fmt: skip
+    return verdicts
+
+
+def _floor_of(result: dict[str, Any], floors: list[dict[str, Any]]) -> dict[str, Any] | None:
+    return next((f for f in floors if (f["layer"], f["tokens"]) == (result["layer"], result["tokens"])), None)
 
 
 def layer_shape(model: str | None, shape: str | None) -> LayerShape:
@@ -185,7 +289,17 @@ def run(
         results=found["results"], not_run=found["not_run"],
         skipped=skipped_for(shape, backends) + found["skipped"], shape=shape,
         seconds=round(time.monotonic() - started, 1), capability=found.get("capability"), phases=found["phases"],
+        floors=found["floors"], libraries=libraries_of(python),
     )  # fmt: skip
+
+
+def libraries_of(python: str) -> dict[str, str]:
+    """The kernel libraries installed beside the target's vLLM, read statically (this process imports neither
+    vLLM nor torch); empty when the target's vLLM cannot be found."""
+    from gptoss_patch import distinfo, target
+
+    found = target.find(python)
+    return distinfo.kernel_versions(found.site_packages) if found is not None else {}
 
 
 def split(wanted: tuple[str, ...], *, sequential: bool = False) -> list[CheckProcess]:
@@ -237,6 +351,12 @@ def _merged(reports: list[dict[str, Any]], labels: list[str], wanted: tuple[str,
     merged["results"] = sorted(rows, key=rank)  # stable: each process's rows keep their order
     merged["not_run"] = sorted(missing, key=rank)
     merged["skipped"] = list(dict.fromkeys(item for report in reports for item in report.get("skipped") or []))
+    # Every process that checks the MoE layer computes the same floor (same seed, same layer): keep the first of each.
+    floors: dict[tuple[str, int], dict[str, Any]] = {}
+    for report in reports:
+        for floor in report.get("floors") or []:
+            floors.setdefault((str(floor["layer"]), int(floor["tokens"])), floor)
+    merged["floors"] = sorted(floors.values(), key=lambda f: f["layer"] == "moe")  # dense first, counts in order
     phases: dict[str, float] = {}
     for report, label in zip(reports, labels):
         for name, seconds in (report.get("phases") or {}).items():

