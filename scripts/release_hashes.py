@@ -2,8 +2,8 @@
 
 For every release in versions.KNOWN_RELEASES, the sha256 of each file a patch band targets at that
 release (`vllm/` + band.target, from the registry), read from the RECORD of the stock wheel: facts
-only, no vLLM source, and nothing is extracted. Wheels come from the test cache (tests/support/artefacts.py:
-GPTOSS_PATCH_WHEEL_CACHE, default ~/.cache/gptoss-patch/wheels) and are downloaded with pip when missing.
+only, no vLLM source, and nothing is extracted. The wheels' sources come from the test cache (tests/support/artefacts.py:
+GPTOSS_PATCH_WHEEL_CACHE, default ~/.cache/gptoss-patch/wheels), read by range requests when missing.
 
     .venv/bin/python scripts/release_hashes.py [--check]
 
@@ -40,9 +40,10 @@ def target_files(release: Version) -> list[str]:
 
 
 def stock_wheel(release: Version) -> Path:
-    """The cached stock wheel (any build tag, e.g. 0.23.0-2); pip downloads it when missing."""
+    """The release's stock wheel without its compiled extensions (RECORD included): the test cache's slim copy, read
+    by HTTP range requests where it is missing (tests/support/ranged.py), else from the whole wheel."""
     try:
-        return artefacts.wheel(f"vllm=={release}")
+        return artefacts.sources(f"vllm=={release}")
     except artefacts.MissingArtefact as exc:
         raise SystemExit(str(exc)) from None
 

@@ -506,7 +506,10 @@ def test_install_refuses_a_drifted_patch_and_creates_nothing(nodeps):
     target = site_packages(nodeps) / SERVING
     replace_file(target, target.read_bytes().replace(b"        messages.append(sys_msg)\n", b""))
     result = cli(nodeps, "hook", "install")
-    assert result.exit_code == 3 and "harmony_instructions is drifted" in result.stderr and "the hook was not installed" in result.stderr
+    # A hand edit that makes a patch drift: refused as a file that is not what vLLM installed (with the way to keep
+    # the edit), not as a drift to --skip.
+    assert result.exit_code == 3 and f"{SERVING} is not the file vllm 0.17.1 installed" in result.stderr
+    assert "the hook was not installed" in result.stderr
     assert hook_files(nodeps) == []
 
 

@@ -200,7 +200,7 @@ def _write_slim(wheel_file: Path, slim: Path) -> None:
     with zipfile.ZipFile(wheel_file) as full, zipfile.ZipFile(temp, "w", zipfile.ZIP_DEFLATED) as out:
         for member in full.infolist():
             if not _is_extension(member.filename):
-                out.writestr(member, full.read(member))
+                out.writestr(member, full.read(member), compress_type=zipfile.ZIP_STORED)  # no recompression: CPU
     os.replace(temp, slim)  # complete or absent: a reader never sees half an archive
 
 

@@ -143,7 +143,7 @@ def copy_members(remote: RangedFile, slim: Path, keep: Callable[[str], bool]) ->
                 expected = hashes.get(info.filename)
                 if expected and _record_digest(data) != expected:
                     raise RangeUnavailable(f"{remote.url}: {info.filename} does not match its RECORD hash")
-                out.writestr(info, data)
+                out.writestr(info, data, compress_type=zipfile.ZIP_STORED)  # checked, not recompressed: CPU
     return len(kept)
 
 
