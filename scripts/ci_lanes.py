@@ -30,6 +30,7 @@ from __future__ import annotations
 import csv
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -140,8 +141,6 @@ def start(lane: Lane, root: Path) -> None:
     env.update(HOME=str(home), TMPDIR=str(temp), GPTOSS_PATCH_TIMINGS=str(root / "timings" / f"{lane.name}.csv"),
                GPTOSS_PATCH_LANE=lane.name)
     lane.handle = lane.log.open("wb")
-    import subprocess  # here: the runner's own start-up stays light
-
     process = subprocess.Popen(lane.command, cwd=REPO, env=env, stdout=lane.handle, stderr=subprocess.STDOUT,
                                stdin=subprocess.DEVNULL, start_new_session=True)
     lane.process, lane.pid, lane.started = process, process.pid, time.time()

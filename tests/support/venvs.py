@@ -114,14 +114,20 @@ def _closure_files(site: Path, distribution: str) -> set[Path]:
     return files
 
 
-def _files_of(site: Path, dist_info: Path) -> set[Path]:
+def _record(dist_info: Path) -> tuple[list[str], set[str]]:
+    """The site-relative paths a distribution's RECORD lists, and the top-level names they sit under."""
     record = dist_info / "RECORD"
     if not record.is_file():
-        return set()
+        return [], set()
     with record.open(newline="") as handle:
-        rows = [row[0] for row in csv.reader(handle) if row and row[0]]
-    tops = {rel.split("/", 1)[0] for rel in rows if "/" in rel and not rel.startswith(("..", "/"))}
-    files = {site / rel for rel in rows if not rel.startswith(("..", "/"))}
+        rows = [row[0] for row in csv.reader(handle) if row and row[0] and not row[0].startswith(("..", "/"))]
+    return rows, {rel.split("/", 1)[0] for rel in rows if "/" in rel}
+
+
+def _files_of(site: Path, dist_info: Path) -> set[Path]:
+    """RECORD's files and everything under the distribution's top-level directories (bytecode written later too)."""
+    rows, tops = _record(dist_info)
+    files = {site / rel for rel in rows}
     for directory in {site / top for top in tops if (site / top).is_dir()}:  # the .dist-info among them
         files.update(Path(root, name) for root, _dirs, names in os.walk(directory) for name in names)
     return files
@@ -130,9 +136,8 @@ def _files_of(site: Path, dist_info: Path) -> set[Path]:
 def _distribution_files(venv: Path, package: str) -> set[Path]:
     for site in sorted(venv.glob("lib/python3*/site-packages")):
         for dist_info in sorted(site.glob("*.dist-info")):
-            files = _files_of(site, dist_info)
-            if any(path.relative_to(site).parts[0] == package for path in files if len(path.relative_to(site).parts) > 1):
-                return files
+            if package in _record(dist_info)[1]:  # read RECORD only: walk the one distribution that matches
+                return _files_of(site, dist_info)
     raise LookupError(f"no distribution in {venv} provides the import package {package!r}")
 
 
