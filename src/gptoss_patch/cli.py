@@ -32,9 +32,10 @@ app = LazyGroup(
     name="gptoss-patch",
     help="""Make gpt-oss serve correctly on stock vLLM: version-keyed, verifiable, reversible patches.
 
-Typical use: gptoss-patch apply --vllm 0.17.1, gptoss-patch status, gptoss-patch serve openai/gpt-oss-120b. The target is the active virtualenv unless --venv or --python say otherwise; gptoss-patch never imports vLLM itself.
-
-Exit codes: 0 ok, 1 action needed, 2 usage, 3 patch failed, 4 target (interpreter, vLLM, version), 5 conflict (a file changed behind our back, an untrusted ledger), 6 locked, 7 the filesystem refused a write.""",  # noqa: E501 - click re-wraps each paragraph to the terminal
+Typical use: gptoss-patch apply --vllm 0.17.1, gptoss-patch status, gptoss-patch serve openai/gpt-oss-120b. The target is the active virtualenv unless --venv or --python say otherwise; gptoss-patch never imports vLLM itself.""",  # noqa: E501 - click re-wraps each paragraph to the terminal
+    epilog="Exit codes: 0 ok, 1 action needed, 2 usage error, 3 a patch failed, 4 target problem (interpreter, vLLM, version), "
+    "5 conflict (a file changed behind our back, an untrusted ledger), 6 locked, 7 the filesystem refused a write; "
+    "each command's --help lists its own.",
     params=[
         click.Option(
             ["--version", "-V"], is_flag=True, expose_value=False, is_eager=True, callback=_version,
@@ -58,4 +59,6 @@ def main() -> None:
         if interrupts.received() is None:
             raise
     if interrupts.received() is not None:  # one that came while parsing, or after the command's own end
-        sys.exit(interrupts.say())
+        from gptoss_patch import render
+
+        sys.exit(render.interrupted())

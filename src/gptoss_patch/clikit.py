@@ -249,6 +249,7 @@ class App(click.Group):
         sub.name = name
         sub.help = help
         sub.short_help = help
+        sub.epilog = f"Exit codes: 2 usage error; each command's own in its --help (gptoss-patch {name} COMMAND --help)."
         self.add_command(sub, name)
 
 
@@ -271,13 +272,13 @@ class LazyGroup(App):
 
     def invoke(self, ctx: click.Context) -> Any:
         """Run the command with signals armed (interrupts.py): an interrupt is one line and 128+N, never click's Abort."""
-        from gptoss_patch import interrupts
+        from gptoss_patch import interrupts, render
 
         try:
             with interrupts.armed():
                 return super().invoke(ctx)
         except interrupts.Interrupted:
-            raise Exit(interrupts.say()) from None
+            raise Exit(render.interrupted()) from None
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in self._modules:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import IntEnum
 
 
@@ -52,6 +53,8 @@ COMMAND_EXITS: dict[str, tuple[ExitCode, ...]] = {
     "serve": (ExitCode.ACTION_NEEDED,),
     "bench": (ExitCode.ACTION_NEEDED,),
     "numerics": (ExitCode.ACTION_NEEDED,),
+    "tune": (ExitCode.ACTION_NEEDED, ExitCode.LOCKED, ExitCode.IO),
+    "venv create": (ExitCode.ACTION_NEEDED, ExitCode.PATCH_FAILED, ExitCode.TARGET, *_ON_THE_LEDGER, ExitCode.IO),
 }
 COMMAND_EXIT_NOTES = {"serve": "otherwise vLLM's own exit code"}
 
@@ -68,14 +71,19 @@ class GptossPatchError(Exception):
     """An expected failure: one line for the user, an optional hint, an exit code.
 
     `detail` (a subprocess's whole output, say) is shown only under -v; the error line stays one line.
+    `last_lines`: the end of a failed process's output (a server's log, an interpreter's stderr), shown after the
+    error line unless `detail` holds the whole of it (then -v shows that), and always in the JSON error.
     """
 
-    exit_code: ExitCode = ExitCode.PATCH_FAILED
+    exit_code: int = ExitCode.PATCH_FAILED
 
-    def __init__(self, message: str, *, hint: str | None = None, detail: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, hint: str | None = None, detail: str | None = None, last_lines: Sequence[str] = ()
+    ) -> None:
         super().__init__(message)
         self.hint = hint
         self.detail = detail
+        self.last_lines = tuple(last_lines)
 
 
 class UsageError(GptossPatchError):
@@ -104,10 +112,50 @@ class WriteFailed(GptossPatchError):
     exit_code = ExitCode.IO
 
 
+class InterpreterFailed(TargetError):
+    """Code run in the target interpreter (target.call) gave no answer: it could not start, ran past its timeout,
+    exited with an error, or printed no answer. The line is `WHAT (exit N): REASON` (no exit code where it did not
+    exit with one), the reason being its last meaningful stderr line, or the timeout, or why it could not start;
+    `last_lines` is the end of its stderr, `detail` all of it (-v)."""
+
+    def __init__(
+        self, what: str, reason: str, *, stderr: str = "", returncode: int | None = None, hint: str | None = None
+    ) -> None:
+        code = f" (exit {returncode})" if returncode is not None and returncode > 0 else ""
+        shown = reason if len(reason) <= REASON_CHARS else reason[: REASON_CHARS - 1] + "…"
+        super().__init__(f"{what}{code}: {shown}", hint=hint, detail=stderr.rstrip() or None, last_lines=last_lines(stderr))
+        self.what = what
+        self.reason = reason
+        self.returncode = returncode
+
+
 class CheckFailed(GptossPatchError):
     """A launcher check failed: pre-flight, the startup-log sentinel or the smoke canary (serve/doctor/smoke)."""
 
     exit_code = ExitCode.ACTION_NEEDED
+
+
+TAIL_LINES = 15  # how many of a failed process's last lines an error carries (`last_lines`)
+REASON_CHARS = 200  # an error line quotes this much of a failed process's last line at most (-v shows it whole)
+_NOISE = ("[notice] ",)  # pip's "a new release of pip is available": never the reason anything failed
+
+
+def meaningful_lines(text: str) -> list[str]:
+    """A process's output without blank lines and pip's notices, each line stripped: what names a failure."""
+    lines = (line.strip() for line in text.splitlines())
+    return [line for line in lines if line and not line.startswith(_NOISE)]
+
+
+def last_line(text: str, default: str = "no output") -> str:
+    """The last meaningful line of a process's output (a traceback's last line is the exception): the one spelling
+    of "its last stderr line" in an error line; `default` when there is none."""
+    lines = meaningful_lines(text)
+    return lines[-1] if lines else default
+
+
+def last_lines(text: str, count: int = TAIL_LINES) -> tuple[str, ...]:
+    """The last `count` meaningful lines of a process's output: what an error carries as `last_lines`."""
+    return tuple(meaningful_lines(text)[-count:])
 
 
 def cause(exc: BaseException) -> str:

@@ -6,7 +6,8 @@ too) only while a command runs (`armed()`, the root group's invoke) and outside 
 inside `deferred()` (the journalled commit, the recovery of an interrupted one, capture's patch file and
 ledger) it waits until the section is done, so the transaction is complete, never torn, when the process
 ends. Whatever the moment, the process says `error: interrupted by SIGINT` once and exits 130 (143 for
-SIGTERM, 129 for SIGHUP); click never sees the signal, so it never prints `Aborted!`.
+SIGTERM, 129 for SIGHUP); click never sees the signal, so it never prints `Aborted!`. This module prints
+nothing: `ending()` gives the line and the code, and the command-line layer prints it (render.interrupted).
 """
 
 from __future__ import annotations
@@ -112,13 +113,12 @@ def exit_code() -> int:
     return 128 + (_received or signal.SIGINT)
 
 
-def say() -> int:
-    """Print the line once (a KeyboardInterrupt with no signal behind it, in-process, always), return the exit code."""
+def ending() -> tuple[str | None, int]:
+    """The line for the shell to print (`error: LINE`; None when it was given out already, for the same signal) and
+    the exit code. A KeyboardInterrupt with no signal behind it (in-process) gets its line each time."""
     global _said, _raised  # noqa: PLW0603
     _raised = True  # from here a signal only sets the exit code
-    if not (_said and _received is not None):
-        _said = _received is not None
-        from gptoss_patch import render
-
-        render.error(message())
-    return exit_code()
+    if _said and _received is not None:
+        return None, exit_code()
+    _said = _received is not None
+    return message(), exit_code()

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import click
 
 from gptoss_patch import clikit
-from gptoss_patch.errors import ExitCode, GptossPatchError
+from gptoss_patch.errors import GptossPatchError
 
 if TYPE_CHECKING:  # imported when a command runs
     from gptoss_patch import userpatches
@@ -50,6 +50,15 @@ WithOption = Annotated[
     clikit.Option("--with", metavar="ID", help="Also act on this opt-in patch (repeatable; `list` marks them).",
                   shell_complete=_patch_ids),
 ]
+HookModeOption = Annotated[  # hook install, venv create
+    str | None,
+    clikit.Option(
+        "--mode", metavar="fail|apply|warn",
+        help="What a vLLM process does when patches are missing: refuse to start (fail, the default), "
+        "re-apply them first (apply), or log and go on (warn). Default: keep the installed mode.",
+        show_default=False,
+    ),
+]
 PatchDirOption = Annotated[
     list[str] | None,
     clikit.Option(
@@ -81,7 +90,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def handles_errors(func: F) -> F:
-    """Turn GptossPatchError into one red line (plus hint) on stderr and its exit code."""
+    """Every error a command ends with goes to the one error path (render.failure): one red line (plus hint) on
+    stderr, the error's last lines, the JSON error under --json, and its exit code."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -96,15 +106,7 @@ def handles_errors(func: F) -> F:
 
             if interrupts.received() is not None:  # a child the signal reached too failed: the signal is the cause
                 raise clikit.Exit(_interrupted(kwargs)) from None
-            message, detail = one_line(str(exc), exc.detail)
-            hint = exc.hint
-            if detail and not kwargs.get("verbose"):
-                hint = f"{hint}; -v shows the details" if hint else "re-run with -v for the details"
-            render.error(message, hint)
-            if detail and kwargs.get("verbose"):
-                render.detail(detail)
-            _json_error(kwargs, int(exc.exit_code), message, hint)
-            raise clikit.Exit(int(exc.exit_code)) from None
+            raise clikit.Exit(render.failure(exc, verbose=kwargs.get("verbose") or 0, as_json=bool(kwargs.get("json")))) from None
         except Exception as exc:  # noqa: BLE001 - last line of defence, never a bare traceback
             from gptoss_patch import interrupts
 
@@ -114,10 +116,8 @@ def handles_errors(func: F) -> F:
                 raise
             from gptoss_patch import render
 
-            last = _unexpected(exc)
-            render.error(f"unexpected error: {last}", "re-run with --verbose for the traceback")
-            _json_error(kwargs, int(ExitCode.PATCH_FAILED), f"unexpected error: {last}", "re-run with --verbose for the traceback")
-            raise clikit.Exit(int(ExitCode.PATCH_FAILED)) from None
+            unexpected = GptossPatchError(f"unexpected error: {_unexpected(exc)}", hint="re-run with --verbose for the traceback")
+            raise clikit.Exit(render.failure(unexpected, as_json=bool(kwargs.get("json")))) from None
 
     return wrapper  # type: ignore[return-value]
 
@@ -134,26 +134,9 @@ def _unexpected(exc: Exception) -> str:
 
 def _interrupted(kwargs: dict[str, Any]) -> int:
     """One line (and the JSON error under --json) for a signal; the exit code 128+N."""
-    from gptoss_patch import interrupts
+    from gptoss_patch import render
 
-    code = interrupts.say()
-    _json_error(kwargs, code, interrupts.message(), None)
-    return code
-
-
-def one_line(message: str, detail: str | None = None) -> tuple[str, str]:
-    """The error line (the message's first line) and everything else, which only -v shows."""
-    first, *rest = message.strip().splitlines() or ["unknown error"]
-    lines = [*rest, *(detail or "").splitlines()]
-    return first, "\n".join(line.rstrip() for line in lines if line.strip())
-
-
-def _json_error(kwargs: dict[str, Any], code: int, message: str, hint: str | None) -> None:
-    """Under --json an error is a JSON object on stdout too, so a pipe never reads an empty document."""
-    if kwargs.get("json"):
-        from gptoss_patch import render
-
-        render.json_out({"error": {"code": code, "message": message, **({"hint": hint} if hint else {})}})
+    return render.interrupted(as_json=bool(kwargs.get("json")))
 
 
 def stderr_is_tty() -> bool:

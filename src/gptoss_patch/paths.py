@@ -42,6 +42,8 @@ ENTRIES = (
     Entry("static", "what the launcher read from each vLLM installation's source", "recomputed"),
     Entry("audit", "file hashes `audit` computed, keyed by size and mtime", "recomputed"),
     Entry("logs", "the vLLM log of every `serve` and `bench` run", "the logs are gone", kept_by_clean=True),
+    Entry("tune", "the profiles `tune` measured (per GPU, vLLM and model shape), which serve and doctor use",
+          "serve uses the built-in profile until `tune` runs again", kept_by_clean=True),
     Entry("venvs", "venvs built by `make demo` and the test suite (GBs)", "built again by the next demo or test run"),
     Entry("models", "the tiny random gpt-oss of `make demo` and the test suite", "built again (about 15 s)"),
 )

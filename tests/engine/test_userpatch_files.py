@@ -264,7 +264,10 @@ def _points(trace: Path) -> list[str]:
 def test_sigkill_at_every_step_of_a_creation_and_its_revert_leaves_all_or_nothing(site, tmp_path):
     """The real CLI killed (SIGKILL, tests/support/crash_runner.py) at each step that touches the new file,
     RECORD, the journal or the ledger: the next `status` finds the file and its RECORD row either both there
-    (the patch applied) or both absent, and `revert` then leaves RECORD as pip wrote it."""
+    (the patch applied) or both absent, and `revert` then leaves RECORD as pip wrote it. The traced runs are fresh
+    interpreters; the killed runs and the two after each are children of a fork server (tests/support/forkserver.py,
+    checked against fresh interpreters by tests/engine/test_faults.py::test_a_forked_run_is_a_real_run)."""
+    from tests.support.forkserver import ForkServer
     from tests.support.safety import KILLED, gptoss
 
     inst, venv, patches = site
@@ -287,9 +290,10 @@ def test_sigkill_at_every_step_of_a_creation_and_its_revert_leaves_all_or_nothin
     def kill_then_check(n: int, command: str, spec: str) -> None:
         work = tmp_path / f"run{n}"
         subprocess.run(["cp", "-al", str(venv if command == "apply" else template), str(work)], check=True)
-        killed = gptoss(work, command, *(["--patch-dir", str(patches)] if command == "apply" else []), at=(spec,))
+        killed = gptoss(work, command, *(["--patch-dir", str(patches)] if command == "apply" else []), at=(spec,),
+                        forks=forks)
         assert killed.returncode == KILLED, (command, spec, killed.stderr)
-        status = gptoss(work, "status", "--json", "--patch-dir", str(patches))
+        status = gptoss(work, "status", "--json", "--patch-dir", str(patches), forks=forks)
         assert status.returncode in (0, 1), (command, spec, status.stderr)
         exists = (work / new).exists()
         listed = NEW_REL in read_hashes(work / rel_record)
@@ -297,12 +301,12 @@ def test_sigkill_at_every_step_of_a_creation_and_its_revert_leaves_all_or_nothin
         assert exists == listed and state == ("applied" if exists else "pending"), (command, spec, exists, listed, state)
         if exists:
             assert (work / new).read_text() == NEW
-        assert gptoss(work, "revert").returncode == 0, (command, spec)
+        assert gptoss(work, "revert", forks=forks).returncode == 0, (command, spec)
         assert not (work / new).exists() and (work / rel_record).read_bytes() == pristine_record, (command, spec)
         shutil.rmtree(work)
 
     # Each run is its own copy of the venv and its own processes: two at a time halve the wall time on 2 cores.
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    with ForkServer() as forks, ThreadPoolExecutor(max_workers=2) as pool:
         list(pool.map(lambda job: kill_then_check(job[0], *job[1]), enumerate(runs)))  # re-raises the first failure
 
 

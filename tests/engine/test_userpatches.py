@@ -534,6 +534,39 @@ def test_a_plain_revert_takes_out_an_orphaned_patch_too(site, tmp_path):
     assert "orphaned" not in states(venv).values()
 
 
+def tree_bytes(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
+
+
+@pytest.mark.parametrize("hooked", [False, True], ids=["no-hook-yet", "hook-installed-with-the-plugin"])
+def test_hook_install_refuses_an_orphaned_patch_with_the_fix_and_writes_nothing(site, tmp_path, hooked):
+    """A plugin's patch applied, then the plugin removed (#36, item 2): `hook install` could neither check nor
+    re-apply that patch, so it refuses (exit 5), says whether a hook already there was kept, writes nothing, and
+    prints the fix; the fix, run as printed, lets the next `hook install` through."""
+    inst, venv, wheel, patches = site
+    env = plugin_env(tmp_path)
+    assert tool(env, "apply", "--venv", str(venv)).returncode == 0
+    if hooked:
+        assert tool(env, "hook", "install", "--venv", str(venv)).returncode == 0
+    before = tree_bytes(inst.site_packages)
+    result = run("hook", "install", "--venv", str(venv))  # this process has no plugin
+    assert result.exit_code == 5, result.stderr
+    error, hint = result.stderr.splitlines()
+    kept = "the installed hook was left as it was" if hooked else "the hook was not installed"
+    assert error == ("error: patch example_envs_marker is orphaned: gptoss-patch applied it, but no installed patch set "
+                     f"provides it any more (a plugin removed?); {kept}: it could neither check nor re-apply that patch")
+    python = str(venv / "bin" / "python")
+    fix = f"gptoss-patch revert --only example_envs_marker --python {python}"
+    assert hint == f"hint: take it out first: {fix} (the ledger has the original bytes), or reinstall the plugin that provides it"
+    assert tree_bytes(inst.site_packages) == before
+    reverted = run(*shlex.split(fix)[1:])
+    assert reverted.exit_code == 0, reverted.stderr
+    assert (inst.site_packages / ENVS_REL).read_text() == ENVS
+    installed = run("hook", "install", "--venv", str(venv))
+    assert installed.exit_code == 0, installed.stderr
+    assert "example_envs_marker" not in run("hook", "status", "--venv", str(venv), "--json").stdout
+
+
 def test_a_user_patch_added_after_the_built_ins_goes_under_them_as_on_a_fresh_install(site, tmp_path):
     """User patches come first: added later to a patched file (its context touching a codemod's lines), it is
     applied to the file before the codemods, which run again on top; the bytes equal a fresh install's."""

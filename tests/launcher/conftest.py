@@ -1,6 +1,8 @@
-"""Fixtures for the launcher tests: installs built from the real wheels, the fake vllm, free ports.
+"""Fixtures for the launcher tests: installs built from the real wheels or laid out from their recorded facts, the fake
+vllm, free ports.
 
-The fixtures that need a wheel (`installs`, `static_installs`, `vocabulary`, `own_install`) mark their tests `upstream`.
+The fixtures that need a wheel (`installs`, `static_installs`, `vocabulary`, `own_install`) mark their tests `upstream`;
+`recorded` (tests/launcher/recorded.py: the facts committed under tests/launcher/facts/) needs none.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from gptoss_patch.launcher import http, plan as planning, runner
 from gptoss_patch.launcher.results import Check, LaunchPlan
 from gptoss_patch.target import Installation
 from tests.launcher.installs import build_install, extract_static, install_vocabulary
+from tests.launcher.recorded import RecordedInstalls
 from tests.support.markers import needs
 
 MODEL = "openai/gpt-oss-20b"
@@ -86,6 +89,14 @@ def static_installs(tmp_path_factory: pytest.TempPathFactory, vocabulary: Path) 
 def own_install(vocabulary: Path) -> Callable[..., Installation]:
     """`build_install(root, version, patched=...)` for a test that builds its own install (and so is `upstream`)."""
     return build_install
+
+
+@pytest.fixture
+def recorded(tmp_path: Path) -> Iterator[RecordedInstalls]:
+    """`recorded[version]` (patched) and `recorded.stock(version)`: installations laid out from the recorded facts of the
+    real wheels, each private to the test; the static readers and engine.status answer for them with those facts."""
+    with RecordedInstalls(lambda name: tmp_path / name).answering() as installs:
+        yield installs
 
 
 def resolve(inst, environ: dict[str, str] | None = None, *, model: str | None = MODEL, **options) -> LaunchPlan:

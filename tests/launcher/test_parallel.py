@@ -18,6 +18,7 @@ from gptoss_patch.errors import TargetError, UsageError
 from gptoss_patch.launcher import parallel, plan as planning, preflight, profiles, static
 from gptoss_patch.launcher.results import LaunchPlan, Status
 from gptoss_patch.model.recipe import GPT_OSS_20B, GPT_OSS_120B
+from tests.launcher.recorded import facts
 from tests.support.fakes import install_fake_nvidia_smi
 
 H100 = "NVIDIA H100 80GB HBM3, 9.0, 81559"
@@ -289,10 +290,12 @@ def test_no_recipe_memory_settings_on_h200_or_at_tp2(gpus, environ_models):
     assert [c.status for c in rows(plan, "G37")] == [Status.PASS]
 
 
-@pytest.mark.parametrize(("installed", "budget"), [(None, "0.9 x"), (0.92, "0.92 x")])
+@pytest.mark.parametrize(("installed", "budget"), [(None, "0.9 x"), ("0.20.2", "0.92 x")])
 def test_the_budget_uses_the_installed_releases_utilization_default(gpus, installed, budget):
-    # vLLM 0.20.2's CacheConfig says 0.92; a release whose default cannot be read is taken at 0.9.
-    [row] = rows(plan_for(options("openai/gpt-oss-120b"), gpus(H200), default_utilization=installed), "G37")
+    # vLLM 0.20.2's CacheConfig says 0.92 (its recorded facts: tests/launcher/facts/); a release whose default cannot be
+    # read is taken at 0.9.
+    default = facts(installed).default_utilization if installed else None
+    [row] = rows(plan_for(options("openai/gpt-oss-120b"), gpus(H200), default_utilization=default), "G37")
     assert row.status is Status.PASS and budget in row.message
 
 

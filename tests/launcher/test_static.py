@@ -1,4 +1,10 @@
-"""The static readers against the real files of the real wheels (docs/vllm-layouts.md is the oracle)."""
+"""The static readers against the real files of the real wheels (docs/vllm-layouts.md is the oracle).
+
+What the readers read from each release is recorded in tests/launcher/facts/ (scripts/record_launch_facts.py runs
+them on the wheel's files; tests/launcher/test_recorded.py regenerates and compares in the slow tier), so the claims
+about what they find are checked here on those facts, offline. The cache and the call count read the real files
+(`static_installs`, marker `upstream`).
+"""
 
 from __future__ import annotations
 
@@ -6,22 +12,30 @@ import pytest
 
 from gptoss_patch.launcher import static
 from gptoss_patch.launcher.profiles import marlin_pin_spelling
+from tests.launcher.recorded import facts, recorded_releases
 
 # Key counts of `environment_variables` per release (docs/vllm-layouts.md#envspy-the-environment-registry).
 ENV_KEY_COUNTS = {"0.15.1": 228, "0.16.0": 218, "0.17.1": 232, "0.18.0": 233, "0.22.1": 266, "0.23.0": 268, "0.33.0": 318}
 
 
-def caps_of(static_installs, version: str) -> static.Capabilities:
-    inst = static_installs[version]
-    return static.read_capabilities(inst.package_root, inst.version)
+def caps_of(version: str) -> static.Capabilities:
+    """read_capabilities' answer on the real files of the `version` wheel, as recorded."""
+    return facts(version).capabilities
 
 
 @pytest.mark.parametrize("version", list(ENV_KEY_COUNTS), ids=lambda v: f"vllm-{v}")
-def test_env_registry_has_every_key_of_the_dict_not_the_type_checking_subset(static_installs, version):
-    registry = static.read_env_registry(static_installs[version].package_root)
+def test_env_registry_has_every_key_of_the_dict_not_the_type_checking_subset(version):
+    registry = caps_of(version).env
     assert len(registry.names) == ENV_KEY_COUNTS[version]
     assert "VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS" in registry.names
-    assert "VLLM_MXFP4_BACKEND" not in registry.names  # never stock (G15)
+
+
+@pytest.mark.parametrize("version", recorded_releases(), ids=lambda v: f"vllm-{v}")
+def test_no_release_has_the_folklore_names(version):
+    """G15 and D2: VLLM_MXFP4_BACKEND and --mxfp4-backend / --mxfp4-layers are in no stock release (all 27 recorded)."""
+    caps = caps_of(version)
+    assert "VLLM_MXFP4_BACKEND" not in caps.env.names
+    assert not caps.flags.accepts("--mxfp4-backend") and not caps.flags.accepts("--mxfp4-layers")
 
 
 @pytest.mark.parametrize(
@@ -29,8 +43,8 @@ def test_env_registry_has_every_key_of_the_dict_not_the_type_checking_subset(sta
     [("0.17.1", True, 0), ("0.22.1", True, 11), ("0.23.0", True, 11), ("0.33.0", False, 0)],
     ids=lambda v: f"vllm-{v}" if isinstance(v, str) else None,
 )
-def test_deprecated_wrappers_are_read_with_vllms_own_replacement_text(static_installs, version, marlin_var, deprecated):
-    registry = static.read_env_registry(static_installs[version].package_root)
+def test_deprecated_wrappers_are_read_with_vllms_own_replacement_text(version, marlin_var, deprecated):
+    registry = caps_of(version).env
     assert ("VLLM_MXFP4_USE_MARLIN" in registry.names) is marlin_var
     assert len(registry.deprecated) == deprecated
     if deprecated:
@@ -47,27 +61,26 @@ def test_deprecated_wrappers_are_read_with_vllms_own_replacement_text(static_ins
     ],
     ids=lambda v: f"vllm-{v}" if isinstance(v, str) else None,
 )
-def test_engine_flags_come_from_add_argument_calls(static_installs, version, present, absent):
-    flags = caps_of(static_installs, version).flags
+def test_engine_flags_come_from_add_argument_calls(version, present, absent):
+    flags = caps_of(version).flags
     assert all(flags.accepts(flag) for flag in present)
     assert not any(flags.accepts(flag) for flag in absent)
     assert not flags.accepts("--mxfp4-backend") and not flags.accepts("--mxfp4-layers")  # in no release (D2)
 
 
 @pytest.mark.parametrize("version", ["0.17.1", "0.33.0"], ids=lambda v: f"vllm-{v}")
-def test_frontend_flags_come_from_the_dataclass_fields_wherever_it_lives(static_installs, version):
-    inst = static_installs[version]
+def test_frontend_flags_come_from_the_dataclass_fields_wherever_it_lives(version):
     expected_file = {"0.17.1": "entrypoints/openai/cli_args.py", "0.33.0": "entrypoints/common/cli_args.py"}[version]
-    assert static.frontend_file(inst.package_root) == expected_file
-    flags = caps_of(static_installs, version).flags
+    assert facts(version).frontend_file == expected_file
+    flags = caps_of(version).flags
     for flag in ("--tool-call-parser", "--enable-auto-tool-choice", "--no-enable-auto-tool-choice", "--api-key", "--host", "--headless", "-asc"):
         assert flags.accepts(flag), flag
     assert not flags.accepts("--no-tool-call-parser")  # not a bool field
 
 
 @pytest.mark.parametrize("version", ["0.17.1", "0.33.0"], ids=lambda v: f"vllm-{v}")
-def test_no_forms_exist_only_for_boolean_options(static_installs, version):
-    flags = caps_of(static_installs, version).flags
+def test_no_forms_exist_only_for_boolean_options(version):
+    flags = caps_of(version).flags
     assert flags.accepts("--no-enforce-eager")  # **model_kwargs["enforce_eager"], a bool field
     assert flags.accepts("--no-enable-prefix-caching")  # **{**cache_kwargs[...], "default": None}
     assert flags.accepts("--no-enable-lora")  # explicit BooleanOptionalAction
@@ -78,12 +91,12 @@ def test_no_forms_exist_only_for_boolean_options(static_installs, version):
     "spelling",
     ["--kv_cache_dtype", "--kv-cache-dtype=fp8", "--compilation-config.cudagraph_capture_sizes", "--compilation_config.mode", "-O3", "-q", "--help"],
 )
-def test_flexible_argument_parser_spellings_are_accepted(static_installs, spelling):
-    assert caps_of(static_installs, "0.17.1").flags.accepts(spelling)
+def test_flexible_argument_parser_spellings_are_accepted(spelling):
+    assert caps_of("0.17.1").flags.accepts(spelling)
 
 
-def test_did_you_mean_for_a_misspelt_flag(static_installs):
-    assert caps_of(static_installs, "0.17.1").flags.close_matches("--enable-expert-paralel") == ["--enable-expert-parallel"]
+def test_did_you_mean_for_a_misspelt_flag():
+    assert caps_of("0.17.1").flags.close_matches("--enable-expert-paralel") == ["--enable-expert-parallel"]
 
 
 @pytest.mark.parametrize(
@@ -97,18 +110,18 @@ def test_did_you_mean_for_a_misspelt_flag(static_installs):
     ],
     ids=lambda v: f"vllm-{v}" if isinstance(v, str) else None,
 )
-def test_the_mxfp4_selector_decides_how_marlin_is_pinned(static_installs, version, reads_marlin_env, honours_flag, pin):
-    caps = caps_of(static_installs, version)
+def test_the_mxfp4_selector_decides_how_marlin_is_pinned(version, reads_marlin_env, honours_flag, pin):
+    caps = caps_of(version)
     assert ("VLLM_MXFP4_USE_MARLIN" in caps.moe.env_reads) is reads_marlin_env
     assert caps.moe.honours_moe_backend is honours_flag
     assert marlin_pin_spelling(caps) == pin
 
 
-def test_moe_backend_choices_come_from_the_literal(static_installs):
-    assert caps_of(static_installs, "0.17.1").moe.choices == (
+def test_moe_backend_choices_come_from_the_literal():
+    assert caps_of("0.17.1").moe.choices == (
         "auto", "triton", "deep_gemm", "cutlass", "flashinfer_trtllm", "flashinfer_cutlass", "flashinfer_cutedsl", "marlin", "aiter",
     )  # fmt: skip
-    assert caps_of(static_installs, "0.15.1").moe.choices == ()  # no --moe-backend before 0.17
+    assert caps_of("0.15.1").moe.choices == ()  # no --moe-backend before 0.17
 
 
 def test_capabilities_are_cached_per_file_state(static_installs, tmp_path, monkeypatch):
@@ -165,9 +178,9 @@ UTILIZATION_DEFAULTS = {"0.15.1": 0.9, "0.17.1": 0.9, "0.22.1": 0.92, "0.23.0": 
 
 
 @pytest.mark.parametrize("version", list(UTILIZATION_DEFAULTS), ids=lambda v: f"vllm-{v}")
-def test_the_memory_utilization_default_is_the_releases_own(static_installs, version):
+def test_the_memory_utilization_default_is_the_releases_own(version):
     # None would silently fall back to 0.9, which is wrong from 0.22 on.
-    assert static.read_default_utilization(static_installs[version].package_root) == UTILIZATION_DEFAULTS[version]
+    assert facts(version).default_utilization == UTILIZATION_DEFAULTS[version]
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,7 @@ import pytest
 
 from gptoss_patch import model, vocab
 from gptoss_patch.errors import UsageError
+from gptoss_patch.target import ANSWER
 from tests.model.test_tiny_model import expected_tensors, fake_interpreter, safetensors_header
 from tests.support import tiny_model as support, upstream
 from tests.support.markers import needs
@@ -252,11 +253,11 @@ def _tensor_bytes(path: Path, header: dict, name: str) -> bytes:
 
 # --- the destination: refused unless --force, replaced only when complete ---------------------------------
 
-GOOD_BUILDER = """\
+GOOD_BUILDER = f"ANSWER = {ANSWER!r}\n" + """\
 import json, pathlib, sys
 payload = json.loads(sys.stdin.read())
 pathlib.Path(payload["out"], "config.json").write_text("{}")
-print(json.dumps({"parameters": 1, "bytes": 2, "device": "cpu"}))
+print(ANSWER + json.dumps({"parameters": 1, "bytes": 2, "device": "cpu"}))
 """
 FAILING_BUILDER = "import sys\nprint('RuntimeError: disk full', file=sys.stderr)\nsys.exit(1)\n"
 

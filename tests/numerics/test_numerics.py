@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gptoss_patch import model as models
+from gptoss_patch import model as models, target
 from gptoss_patch.bench.spec import BenchFailed, ServerSpec
 from gptoss_patch.errors import TargetError, UsageError
 from gptoss_patch.launcher import reproducibility
@@ -60,11 +60,11 @@ def test_token_counts_and_backends_are_checked() -> None:
         kernels.parse_backends("marlin,cutlass")
 
 
-FAKE_CHECK = """
+FAKE_CHECK = f"ANSWER = {target.ANSWER!r}\n" + """
 import json, sys
 payload = json.loads(sys.stdin.readline())
 print("INFO vLLM logs to stdout too")
-print(json.dumps({"device": "cpu", "vllm": "0.17.1", "torch": "2.x", "echo": payload,
+print(ANSWER + json.dumps({"device": "cpu", "vllm": "0.17.1", "torch": "2.x", "echo": payload,
                   "results": [{"layer": "moe", "backend": "cpu", "tokens": 8, "rel_error": 0.004, "max_abs_error": 0.01,
                                "runs": 3, "max_run_diff": 0.0, "batch_diff": 0.0}],
                   "not_run": [{"layer": "moe", "backend": "marlin", "reason": "no CUDA GPU"}], "skipped": []}))
@@ -108,7 +108,7 @@ def test_each_gpu_moe_backend_gets_a_process_of_its_own_unless_sequential() -> N
 
 
 # One process of the check: it answers for the backends and token counts it got, and the dense layer if asked.
-SPLIT_CHECK = """
+SPLIT_CHECK = f"ANSWER = {target.ANSWER!r}\n" + """
 import json, sys
 payload = json.loads(sys.stdin.readline())
 rows = [{"layer": "moe", "backend": name, "tokens": t, "rel_error": 0.004} for name in payload["backends"]
@@ -123,7 +123,7 @@ floors = [{"layer": "moe", "tokens": t, "rel_error": 0.0045, "process": running[
 floors += [{"layer": "qkv", "tokens": 1, "rel_error": 0.001}] if payload["dense"] else []
 phases = {"start": 1.0, "moe weights and reference": 2.0, **{"moe %s runs" % n: 3.0 for n in payload["backends"]},
           **({"dense": 0.5} if payload["dense"] else {})}
-print(json.dumps({"device": "GPU", "vllm": "0.20.2", "torch": "2.x", "results": rows, "not_run": missing,
+print(ANSWER + json.dumps({"device": "GPU", "vllm": "0.20.2", "torch": "2.x", "results": rows, "not_run": missing,
                   "skipped": [], "phases": phases, "seconds": 9.0, "floors": floors}))
 """
 

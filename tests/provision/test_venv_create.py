@@ -32,7 +32,7 @@ runner = CliRunner()
 
 
 def create(directory: Path, *args: str):
-    return runner.invoke(app, ["venv", "create", str(directory), "--vllm", VERSION, *args])
+    return runner.invoke(app, ["venv", "create", str(directory), "--install-vllm", VERSION, *args])
 
 
 def run(python: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -164,7 +164,7 @@ def test_existing_directory_that_is_not_a_venv_is_left_alone(tmp_path):
 
 
 def test_malformed_version_is_a_usage_error_before_anything_is_created(tmp_path):
-    result = runner.invoke(app, ["venv", "create", str(tmp_path / "v"), "--vllm", "0.17.x"])
+    result = runner.invoke(app, ["venv", "create", str(tmp_path / "v"), "--install-vllm", "0.17.x"])
     assert result.exit_code == 2 and result.stderr.startswith("error: invalid version '0.17.x'")
     assert not (tmp_path / "v").exists()
 
@@ -177,7 +177,7 @@ def test_uv_asked_for_but_missing(tmp_path, monkeypatch):
 
 
 def test_version_not_on_the_index_removes_the_new_venv(tmp_path):
-    result = runner.invoke(app, ["venv", "create", str(tmp_path / "v"), "--vllm", "0.0.999"])
+    result = runner.invoke(app, ["venv", "create", str(tmp_path / "v"), "--install-vllm", "0.0.999"])
     assert result.exit_code == 4, result.stderr
     assert "error: vllm==0.0.999 is not available from the package index; nothing was left installed" in result.stderr
     assert not (tmp_path / "v").exists()

@@ -12,6 +12,7 @@
     roundtrip      status -> apply -> verify -> apply -> revert on one installation
     safety         the CLI in its own process, with crash points (crash_runner.py) and ledger checks
     crash_runner   runs the CLI with a fault hook installed (a script, started by safety)
+    forkserver     `python ARGV` forked from one process that imported the CLI (safety's gptoss(forks=...))
     hook_driver    a long-lived process that loads the hook like vLLM does (a script, started by test_hook)
     failures       the pytest plugin that turns a failed download into one line
     markers        @needs(marker) on a fixture marks every test that uses it; make check's selection

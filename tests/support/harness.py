@@ -256,10 +256,14 @@ def _build(final: Path, wheel: Path, digest: str) -> None:
 
 def _install(name: str, build: Path, wheel: Path) -> None:
     python = build / "bin" / "python"
-    _step(name, "create the venv", [sys.executable, "-m", "venv", str(build)])
+    donor = _torch_donor(build.parent)
+    if donor is None:
+        _step(name, "create the venv", [sys.executable, "-m", "venv", str(build)])
+    else:  # ensurepip unpacks and compiles pip in every venv: linked from a built one instead, bytecode and all
+        _step(name, f"create the venv (pip linked from {donor.name})", [sys.executable, "-m", "venv", "--without-pip", str(build)])
+        venvs.seed(build, donor, "pip")
     pip, env = _installer_command(python)
     _step(name, f"install {wheel.name} --no-deps", [*pip, "--no-deps", str(wheel)], env)
-    donor = _torch_donor(build.parent)
     if donor is not None:  # torch is the same in every harness venv: linked, not unpacked and compiled again
         count = venvs.seed(build, donor, "torch")  # with what torch requires there
         _progress(f"{name}: {TORCH} hardlinked from {donor.name} ({count} files, bytecode included)")
@@ -269,6 +273,20 @@ def _install(name: str, build: Path, wheel: Path) -> None:
     # The --no-deps packages still need their other dependencies (xgrammar 0.2 needs apache-tvm-ffi).
     theirs = _dependencies(site_packages(python), NO_DEPS)
     _step(name, "install tests/support/harness-requirements.txt", [*pip, *harness_requirements(wheel), *where_required(wheel), *theirs], env)
+    _compile_bytecode(name, build)
+
+
+def _compile_bytecode(name: str, build: Path) -> None:
+    """Bytecode once per source file, not once per venv: most files are the same inode in every harness venv (uv links
+    them from its cache), so their bytecode is linked from a finished venv; only the rest is compiled (vLLM itself, the
+    releases' own pins). The installs above compile nothing: uv's --compile-bytecode walks the whole site-packages at
+    every step and compiled the same transformers, numpy, pydantic... again for each release."""
+    donors = [other for other in sorted(build.parent.glob("cpu-vllm-*")) if (other / STAMP).is_file()]
+    linked = venvs.borrow_bytecode(build, donors)
+    _progress(f"{name}: bytecode of {linked} modules linked from {len(donors)} built venvs; compiling the rest")
+    # compileall's exit status is 1 when any file fails to compile (packages ship templates and Python 2 files that
+    # never compile); uv ignored those as well. A module left without bytecode is compiled on its first import.
+    _run([str(build / "bin" / "python"), "-m", "compileall", "-q", "-q", "-j", "0", str(site_packages(build / "bin" / "python"))], check=False)
 
 
 def _torch_donor(venvs_dir: Path) -> Path | None:
@@ -291,8 +309,7 @@ def _installer_command(python: Path) -> tuple[list[str], dict[str, str]]:
     if uv is None:
         return [str(python), "-m", "pip", "install", "--no-input", "--disable-pip-version-check", "--no-cache-dir"], {}
     options, env = installers.uv_options(python)
-    command = [uv, "pip", "install", "--python", str(python), "--cache-dir", str(cache_root() / UV_CACHE),
-               "--compile-bytecode", *options]
+    command = [uv, "pip", "install", "--python", str(python), "--cache-dir", str(cache_root() / UV_CACHE), *options]
     return command, {**env, "UV_NO_PROGRESS": "1"}
 
 

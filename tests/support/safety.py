@@ -1,7 +1,8 @@
 """Shared by the reliability tests (faults, concurrency, hostile inputs) on the real vllm 0.17.1 wheel.
 
 - `gptoss(venv, command, ...)` runs the real CLI in a subprocess: `python -m gptoss_patch`, or
-  tests/support/crash_runner.py when fault points (`at=`) or a step trace are asked for.
+  tests/support/crash_runner.py when fault points (`at=`) or a step trace are asked for; with `forks=`, the
+  same command line in a child of a fork server (tests/support/forkserver.py), without the interpreter's start-up.
 - `Reference` holds what an installation may contain: the pristine bytes (RECORD's), the patched
   bytes of an uninterrupted apply, RECORD itself and the list of files of the fresh install.
 - `assert_pristine` / `assert_patched` / `contents` check a venv against it, byte for byte.
@@ -26,6 +27,7 @@ from gptoss_patch.engine.ledger import DIRNAME, Store
 from gptoss_patch.engine.record import read_hashes
 from gptoss_patch.fsutil import sha256
 from gptoss_patch.target import Installation
+from tests.support.forkserver import ForkServer
 from tests.support.upstream import fresh_install, site_packages
 
 VERSION = "0.17.1"
@@ -33,6 +35,15 @@ SERVING = "vllm/entrypoints/openai/chat_completion/serving.py"
 MARLIN = "vllm/model_executor/layers/quantization/utils/marlin_utils.py"
 RUNNER = Path(__file__).with_name("crash_runner.py")
 KILLED = -9  # subprocess returncode of a SIGKILLed child
+
+
+def command_line(venv: Path, command: str, *args: str, at: Iterable[str] = (), trace: Path | None = None) -> list[str]:
+    """What gptoss() runs after the interpreter: `-m gptoss_patch ...`, or crash_runner.py for faults or a trace."""
+    points = [f"--at={p}" for p in at]
+    wrapper = ["-m", "gptoss_patch"]
+    if points or trace:
+        wrapper = [str(RUNNER), *points, *(["--trace", str(trace)] if trace else []), "--"]
+    return [*wrapper, command, "--venv", str(venv), *args]
 
 
 def gptoss(
@@ -43,20 +54,21 @@ def gptoss(
     trace: Path | None = None,
     env: Mapping[str, str] | None = None,
     timeout: float = 120,
+    forks: ForkServer | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """The real CLI on `venv`, in its own process (crash_runner.py when faults or a trace are wanted)."""
-    points = [f"--at={p}" for p in at]
-    wrapper = [str(RUNNER), *points, *(["--trace", str(trace)] if trace else []), "--"] if points or trace else ["-m", "gptoss_patch"]
-    cmd = [sys.executable, *wrapper, command, "--venv", str(venv), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}, check=False)
+    """The real CLI on `venv`, in its own process: a fresh interpreter, or a child of `forks` (forkserver.py)."""
+    argv = command_line(venv, command, *args, at=at, trace=trace)
+    environ = {**os.environ, **(env or {})}
+    if forks is not None:
+        return forks.run(argv, env=environ, timeout=timeout)
+    return subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=timeout, env=environ,
+                          check=False)
 
 
 def spawn(venv: Path, command: str, *args: str, at: Iterable[str] = (), trace: Path | None = None,
           env: Mapping[str, str] | None = None) -> subprocess.Popen[str]:
     """Like gptoss(), started in the background."""
-    points = [f"--at={p}" for p in at]
-    wrapper = [str(RUNNER), *points, *(["--trace", str(trace)] if trace else []), "--"] if points or trace else ["-m", "gptoss_patch"]
-    cmd = [sys.executable, *wrapper, command, "--venv", str(venv), *args]
+    cmd = [sys.executable, *command_line(venv, command, *args, at=at, trace=trace)]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
 
 

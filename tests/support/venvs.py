@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -85,6 +86,38 @@ def seed(venv: Path, donor: Path, distribution: str) -> int:
         dest.parent.mkdir(parents=True, exist_ok=True)
         os.link(path, dest)
         linked += 1
+    return linked
+
+
+def borrow_bytecode(venv: Path, donors: Iterable[Path]) -> int:
+    """Hardlink into `venv` the bytecode a donor venv has for each source file that is the same inode in both (an
+    installer linked both from its cache), so that it is not compiled again; returns the count. A pyc records its
+    source's mtime and size, which a shared inode shares. Python replaces a stale pyc by rename, never in place, so a
+    shared one is never changed under another venv."""
+    site, tag = _site(venv), sys.implementation.cache_tag
+    donor_sites = [_site(donor) for donor in donors]
+    linked = 0
+    for directory, _, names in os.walk(site):
+        here = Path(directory)
+        for name in names:
+            if not name.endswith(".py"):
+                continue
+            source = here / name
+            relative = source.relative_to(site)
+            bytecode = relative.parent / "__pycache__" / f"{source.stem}.{tag}.pyc"
+            if (site / bytecode).exists():
+                continue
+            inode = source.stat().st_ino
+            for donor_site in donor_sites:
+                try:
+                    if (donor_site / relative).stat().st_ino != inode or not (donor_site / bytecode).is_file():
+                        continue
+                    (site / bytecode).parent.mkdir(exist_ok=True)
+                    os.link(donor_site / bytecode, site / bytecode)
+                except OSError:
+                    continue
+                linked += 1
+                break
     return linked
 
 

@@ -12,16 +12,16 @@ Engine only: data back, commands/bench.py prints.
 from __future__ import annotations
 
 import json
-import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from gptoss_patch.errors import UsageError, cause, detail_of
+from gptoss_patch import target
+from gptoss_patch.errors import InterpreterFailed, UsageError, cause, detail_of
 from gptoss_patch.model import Recipe, TensorSpec, tensor_plan
 
 KV_BYTES = 2  # bf16 KV cache, vLLM's default for gpt-oss ("auto" follows the model's dtype)
-PROBE_TIMEOUT = 120.0
+PROBE_TIMEOUT = 120.0  # seconds for the copy-bandwidth probe (torch's import and CUDA's start included)
 # Two 1 GiB buffers: far beyond the L2 cache (50 MB on an H100), small enough to fit beside anything.
 COPY_PROBE = r"""
 import json, sys
@@ -48,7 +48,7 @@ for _ in range(5):
     seconds = start.elapsed_time(end) / 1000
     best = max(best, 2 * size * 10 / seconds / 1e9)  # bytes read + bytes written
 print(json.dumps({"gb_per_s": best, "device": torch.cuda.get_device_name()}))
-"""
+""".replace("print(json.dumps(", f"print({target.ANSWER!r} + json.dumps(")  # target.call's framing
 
 
 @dataclass(frozen=True)
@@ -161,18 +161,12 @@ def _share(recipe: Recipe, spec: TensorSpec) -> tuple[str, int]:
 
 def measure_bandwidth(python: str) -> Bandwidth:
     """The GPU's device-to-device copy bandwidth (bytes read + written), best of 5 x 10 copies of 1 GiB."""
+    what = f"--bound needs a CUDA GPU in {python}"
     try:
-        proc = subprocess.run(
-            [python, "-c", COPY_PROBE], capture_output=True, text=True, timeout=PROBE_TIMEOUT, check=False
-        )
-    except subprocess.TimeoutExpired:
-        raise UsageError(f"--bound: the copy-bandwidth probe gave no answer within {PROBE_TIMEOUT:.0f} s") from None
-    lines = proc.stdout.strip().splitlines()
-    try:
-        answer = json.loads(lines[-1]) if lines else {}
-    except json.JSONDecodeError:
-        answer = {}
-    if "gb_per_s" not in answer:
-        reason = answer.get("error") or (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise UsageError(f"--bound needs a CUDA GPU in {python}: {reason}")
+        answer = target.call(python, COPY_PROBE, what=what, timeout=PROBE_TIMEOUT).answer
+    except InterpreterFailed as exc:  # no torch that runs, no GPU: a usage error (exit 2), as the probe's own answer
+        raise UsageError(str(exc), detail=exc.detail, last_lines=exc.last_lines) from None
+    if not isinstance(answer, dict) or "gb_per_s" not in answer:
+        reason = answer.get("error") if isinstance(answer, dict) else None
+        raise UsageError(f"{what}: {reason or 'no answer'}")
     return Bandwidth(float(answer["gb_per_s"]), str(answer.get("device", "")))

@@ -34,10 +34,12 @@ def run(
     notify: Callable[[str], None],
     variants: Sequence[str] = (),
     one_at_a_time: bool = False,
+    on_ready: Callable[[Sequence[RunningServer]], None] | None = None,
 ) -> BenchReport:
     """Start every server, wait until all are ready, run the schedule, stop everything; the report. With
     `one_at_a_time`, each server instead runs alone (started, warmed up, measured, stopped) before the next:
-    for servers that do not fit the GPUs together."""
+    for servers that do not fit the GPUs together. `on_ready` is called with the ready servers before any load
+    reaches them (tune's served numerics check: the same start serves the check and the measurement)."""
     check_ports(specs)
     started = time.monotonic()
     names = [spec.name for spec in specs]
@@ -48,7 +50,7 @@ def run(
     for group in groups:
         members = {spec.name for spec in group}
         mine = [r for r in runs if r.server in members]
-        samples += _measure(python, group, workload, mine, log_dir, start_timeout, run_timeout, notify, finished)
+        samples += _measure(python, group, workload, mine, log_dir, start_timeout, run_timeout, notify, finished, on_ready)
     return BenchReport(
         servers=[
             {"name": s.spec.name, "command": list(s.spec.argv), "ready_seconds": s.ready_after, "log": str(s.log_file),
@@ -74,6 +76,7 @@ def _measure(
     run_timeout: float,
     notify: Callable[[str], None],
     finished: list[RunningServer],
+    on_ready: Callable[[Sequence[RunningServer]], None] | None = None,
 ) -> list[Sample]:
     """Start `specs` side by side, warm each up, run `runs` against them, stop them all (on every exit path);
     the servers are appended to `finished` once stopped."""
@@ -82,6 +85,8 @@ def _measure(
     driver: subprocess.Popen | None = None
     try:
         start_side_by_side(specs, log_dir, start_timeout, notify, servers)
+        if on_ready is not None:
+            on_ready(servers)
         untimed = warmups([spec.name for spec in specs], workload)
         payload = [{"id": r.id, "argv": bench_argv(by_name[r.server], warmup(workload), r.concurrency, 0)} for r in untimed]
         payload += [

@@ -19,7 +19,7 @@ from gptoss_patch.launcher.prepare import LOOPBACK, LaunchRequest
 
 if TYPE_CHECKING:  # the launcher is imported when a launcher command runs, not when the CLI starts
     from gptoss_patch.launcher.prepare import Prepared
-    from gptoss_patch.launcher.results import Check
+    from gptoss_patch.launcher.results import Check, LaunchPlan
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -31,10 +31,13 @@ GpuOption = Annotated[
 ]
 ConcurrencyOption = Annotated[
     str | None,
-    clikit.Option("--concurrency", metavar="N,N,...", help="Batch sizes you run (e.g. 1,5,10): also captured as CUDA graphs (G20).", show_default=False),
+    clikit.Option(
+        "--concurrency", metavar="N,N,...", show_default=False,
+        help="The concurrencies you serve at (parallel requests, e.g. 1,5,10). CUDA graphs are captured for them (G20).",
+    ),
 ]
 HostOption = Annotated[str, clikit.Option("--host", help="Address vLLM binds.")]
-PortOption = Annotated[int, clikit.Option("--port", help="Port vLLM listens on.")]
+PortOption = Annotated[int, clikit.Option("--port", help="The port the server listens on.")]
 AllowUnpatchedOption = Annotated[bool, clikit.Option("--allow-unpatched", help="Start even when patches are pending or drifted.")]
 AllowUnauthenticatedOption = Annotated[
     bool, clikit.Option("--allow-unauthenticated", help="Allow a non-loopback --host without an API key.")
@@ -63,6 +66,14 @@ FastMoeOption = Annotated[
         "reproducibility row give the figures). No change on SM12x, where Marlin is already the only kernel.",
     ),
 ]
+TunedOption = Annotated[
+    bool,
+    clikit.Option(
+        "--tuned/--no-tuned",
+        help="Use the profile `gptoss-patch tune` measured for this GPU, vLLM and model shape, when there is one "
+        "(--no-tuned: the built-in profile alone).",
+    ),
+]
 ExtraArgs = Annotated[
     list[str] | None,
     clikit.Argument(metavar="[-- VLLM_SERVE_ARGS...]", help="Passed to `vllm serve` as they are, after --.", show_default=False),
@@ -88,7 +99,7 @@ VariantOption = Annotated[
     ),
 ]
 ServersPortOption = Annotated[
-    int, clikit.Option("--port", help="The profile server's port; compared servers take the next ones.")
+    int, clikit.Option("--port", help="The port the server listens on. Several servers: the first one's; the others take the next ports.")
 ]
 StartTimeoutOption = Annotated[
     float, clikit.Option("--start-timeout", metavar="SECONDS", help="How long the servers may take to become ready.")
@@ -107,12 +118,14 @@ LogDirOption = Annotated[
 def launch_options(*, servers: bool = False, model_optional: bool = False) -> Callable[[F], F]:
     """The launch option group, declared once: the command gets one `launch: LaunchRequest` parameter in its place.
 
-    serve and doctor: one server for clients (--concurrency, --host, --allow-unauthenticated, --expect-reasoning).
-    `servers`: bench and numerics, which start servers side by side on loopback for themselves; their clients
-    read no reasoning (expect_reasoning), and the port is the first of theirs.
+    serve and doctor: one server for clients (--concurrency, --host, --allow-unauthenticated, --expect-reasoning,
+    --tuned/--no-tuned). `servers`: bench, numerics and tune, which start servers on loopback for themselves; their
+    clients read no reasoning (expect_reasoning), they measure the built-in profile (no tuned one), and the port is
+    the first of theirs.
     """
     group = _group(servers=servers, model_optional=model_optional)
-    fixed: dict[str, Any] = {"expect_reasoning": True} if servers else {}
+    # bench, numerics and tune measure the built-in profile, never a tuned one
+    fixed: dict[str, Any] = {"expect_reasoning": True, "tuned": False} if servers else {}
 
     def decorate(func: F) -> F:
         hints = typing.get_type_hints(func, include_extras=True)
@@ -145,6 +158,7 @@ def _group(*, servers: bool, model_optional: bool) -> list[inspect.Parameter]:
     clients = {
         "allow_unauthenticated": (AllowUnauthenticatedOption, False),
         "expect_reasoning": (ExpectReasoningOption, False),
+        "tuned": (TunedOption, True),
     }
     spec = {
         "model": model, "extra": (ExtraArgs, None), "gpu": (GpuOption, None), **({} if servers else serving), **port,
@@ -154,6 +168,14 @@ def _group(*, servers: bool, model_optional: bool) -> list[inspect.Parameter]:
     }  # fmt: skip
     keyword = inspect.Parameter.KEYWORD_ONLY
     return [inspect.Parameter(name, keyword, annotation=hint, default=value) for name, (hint, value) in spec.items()]
+
+
+def show_tuned(plan: LaunchPlan) -> None:
+    """serve and doctor: the tuned profile's one line (used: info; stale or corrupt: a warning, never silent)."""
+    from gptoss_patch import render
+
+    if plan.tuned is not None:
+        (render.info if plan.tuned.state == "used" else render.warn)(plan.tuned.line)
 
 
 def show_checks(checks: tuple[Check, ...], *, everything: bool) -> None:

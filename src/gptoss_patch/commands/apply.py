@@ -21,7 +21,7 @@ from gptoss_patch.options import (
     user_patches,
 )
 
-DryRunOption = Annotated[bool, clikit.Option("--dry-run", help="Compute and show the diff; write nothing.")]
+DryRunOption = Annotated[bool, clikit.Option("--dry-run", help="Do nothing; print what would be done. Here: the diff; nothing is written.")]
 CheckOption = Annotated[
     bool,
     clikit.Option("--check", help="Write nothing; say which patches and files would change and exit 1 if any would (for CI). "

@@ -19,11 +19,12 @@ from gptoss_patch.options import JsonOption, VerboseOption, handles_errors
 ConcurrencyOption = Annotated[
     str,
     clikit.Option(
-        "--concurrency", metavar="N,N,...", help="Concurrencies to measure (vllm bench serve --max-concurrency)."
+        "--concurrency", metavar="N,N,...",
+        help="The concurrencies you serve at (parallel requests, e.g. 1,5,10). Each is measured (vllm bench serve --max-concurrency).",
     ),
 ]
 RepeatOption = Annotated[
-    int, clikit.Option("--repeat", metavar="N", help="Rounds; the table shows medians over them and their range.")
+    int, clikit.Option("--repeat", metavar="N", help="How many times each measurement is repeated. The table shows medians over the rounds and their range.")
 ]
 CaptureOption = Annotated[
     str | None,
@@ -134,20 +135,16 @@ def bench(
     libraries = distinfo.kernel_versions(plan.installation.site_packages)
     notes.append(distinfo.kernel_versions_line(libraries))
     python_path = str(plan.installation.python)
-    try:
-        engine.check_ports(specs)
-        limit = None
-        if recipe is not None:  # before any server takes GPU memory
-            render.info("measuring the GPU's copy bandwidth (--bound)")
-            limit = servers.measure_bound(python_path, recipe, input_len + output_len // 2)
-        report = engine.run(
-            python_path, specs, workload, log_dir=log_dir or servers.default_log_dir(), start_timeout=start_timeout,
-            run_timeout=RUN_TIMEOUT, notify=render.info, variants=[name for name, _ in variants],
-            one_at_a_time=one_at_a_time,
-        )  # fmt: skip
-    except engine.BenchFailed as exc:  # the cause in one line, then the server's last lines
-        render.bench_failed(exc, as_json=json)
-        raise clikit.Exit(int(exc.exit_code)) from None
+    engine.check_ports(specs)
+    limit = None
+    if recipe is not None:  # before any server takes GPU memory
+        render.info("measuring the GPU's copy bandwidth (--bound)")
+        limit = servers.measure_bound(python_path, recipe, input_len + output_len // 2)
+    # a BenchFailed (the cause in one line, then the server's last lines) goes to the one error path
+    report = engine.run(
+        python_path, specs, workload, log_dir=log_dir or servers.default_log_dir(), start_timeout=start_timeout,
+        run_timeout=RUN_TIMEOUT, notify=render.info, variants=[name for name, _ in variants], one_at_a_time=one_at_a_time,
+    )  # fmt: skip
     fractions = servers.fractions(report, limit) if limit else {}
     if json:
         extra_json = {"bound": {**limit.to_json(), "fraction_at_c1": fractions, "gpus": servers.server_gpus(report)}} if limit else {}

@@ -11,10 +11,10 @@ cache_app = clikit.App()
 
 EntriesArgument = Annotated[
     list[str] | None,
-    clikit.Argument(metavar="[ENTRY]...", help="Entries to remove (see `cache info`). Default: all but logs and tiktoken.",
+    clikit.Argument(metavar="[ENTRY]...", help="Entries to remove (see `cache info`). Default: all but logs, tiktoken and tune.",
                     show_default=False),
 ]
-AllOption = Annotated[bool, clikit.Option("--all", help="Remove the logs and the exported harmony vocabulary too: the whole root.")]
+AllOption = Annotated[bool, clikit.Option("--all", help="Remove the logs, the exported harmony vocabulary and the tuned profiles too: the whole root.")]
 
 
 @cache_app.command("dir")
@@ -44,7 +44,7 @@ def info(json: JsonOption = False) -> None:
 @cache_app.command("clean")
 @handles_errors
 def clean(entries: EntriesArgument = None, everything: AllOption = False, json: JsonOption = False) -> None:
-    """Remove cache entries: everything but the logs and the harmony vocabulary, or the ENTRYs named.
+    """Remove cache entries: everything but the logs, the harmony vocabulary and the tuned profiles, or the ENTRYs named.
 
     The default is always safe: each entry it removes is rebuilt or downloaded again when needed. The
     vocabulary (tiktoken) is what `vocab install` told you to export; --all, or naming tiktoken, removes it

@@ -15,7 +15,7 @@ from gptoss_patch.options import (
     installation,
 )
 
-DirOption = Annotated[Path, clikit.Option("--dir", metavar="DIR", help="Write DIR/NAME.diff (a patch directory).")]
+DirOption = Annotated[Path, clikit.Option("--dir", metavar="DIR", help="The directory to write to. Here: DIR/NAME.diff (a patch directory).")]
 FilesOption = Annotated[
     list[str] | None,
     clikit.Option("--files", metavar="PATH", help="Capture only these files of the vllm package (repeatable).", show_default=False),
@@ -31,7 +31,8 @@ FromOption = Annotated[
     Path | None,
     clikit.Option(
         "--from", metavar="WHEEL", show_default=False,
-        help="The installed release's wheel, for the pristine text of the files (checked against RECORD). "
+        help="A local file to use instead of a download. Here: the installed release's wheel, for the pristine text of "
+        "the files (checked against RECORD). "
         "Default: the wheel cache, where `pip download --no-deps DIST==VERSION` fetches it when a file needs it.",
     ),
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gptoss_patch import clikit
-from gptoss_patch.commands._launch import launch_options, show_checks
+from gptoss_patch.commands._launch import launch_options, show_checks, show_tuned
 from gptoss_patch.errors import ExitCode
 from gptoss_patch.launcher.prepare import LaunchRequest
 from gptoss_patch.options import JsonOption, VerboseOption, handles_errors
@@ -37,6 +37,7 @@ def doctor(launch: LaunchRequest, json: JsonOption = False, verbose: VerboseOpti
         render.json_out(_payload(plan, checks))
     else:
         show_checks(checks, everything=True)
+        show_tuned(plan)
         render.notes(plan.notes)
     if worst(checks) is Status.FAIL:
         raise clikit.Exit(int(ExitCode.ACTION_NEEDED))
@@ -48,6 +49,7 @@ def _payload(plan: LaunchPlan, checks: tuple[Check, ...]) -> dict:
     return {
         "vllm": plan.installation.to_json(),
         "profile": {"name": plan.profile, "source": plan.profile_source},
+        "tuned": plan.tuned.to_json() if plan.tuned is not None else None,
         "ok": worst(checks) is not Status.FAIL,
         "checks": [c.to_json() for c in checks],
         "settings": [s.to_json() for s in plan.settings],

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
 from gptoss_patch import clikit
 from gptoss_patch.errors import ExitCode
 from gptoss_patch.options import (
+    HookModeOption,
     JsonOption,
     OnlyOption,
     PatchDirOption,
@@ -29,21 +30,10 @@ if TYPE_CHECKING:  # imported when a command runs
 
 hook_app = clikit.App()
 
-ModeOption = Annotated[
-    str | None,
-    clikit.Option(
-        "--mode", metavar="fail|apply|warn",
-        help="What a vLLM process does when patches are missing: refuse to start (fail, the default), "
-        "re-apply them first (apply), or log and go on (warn). Default: keep the installed mode.",
-        show_default=False,
-    ),
-]
-
-
 @hook_app.command("install")
 @handles_errors
 def install(
-    python: PythonOption = None, venv: VenvOption = None, vllm: VllmOption = None, mode: ModeOption = None,
+    python: PythonOption = None, venv: VenvOption = None, vllm: VllmOption = None, mode: HookModeOption = None,
     only: OnlyOption = None, skip: SkipOption = None, with_: WithOption = None, patch_dir: PatchDirOption = None,
     json: JsonOption = False, verbose: VerboseOption = False,
 ) -> None:

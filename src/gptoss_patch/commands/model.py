@@ -29,7 +29,8 @@ DtypeOption = Annotated[
 ]
 ForceOption = Annotated[
     bool,
-    clikit.Option("--force", help="Replace OUT if it exists and is not empty (only once the new model is complete)."),
+    clikit.Option("--force", help="Go ahead where a safety check refuses. Here: replace OUT if it exists and is not empty "
+                  "(only once the new model is complete)."),
 ]
 @model_app.command("random")
 @handles_errors

@@ -30,7 +30,8 @@ LevelOption = Annotated[
 ShapeOption = Annotated[
     str | None,
     clikit.Option(
-        "--shape", metavar="tiny|20b|120b", help="Layer shape for the kernel check. Default: MODEL's config.json.",
+        "--shape", metavar="tiny|20b|120b", help="Model shape: tiny (about 210 MB), or gpt-oss-20b's / -120b's published shape. The kernel check draws a "
+        "layer of it. Default: MODEL's config.json.",
         show_default=False,
     ),
 ]
@@ -38,7 +39,8 @@ TokensOption = Annotated[
     str, clikit.Option("--tokens", metavar="N,N,...", help="Token counts of the kernel check's batches.")
 ]
 RepeatOption = Annotated[
-    int, clikit.Option("--repeat", metavar="N", help="Runs of each kernel on the same input (determinism).")
+    int,
+    clikit.Option("--repeat", metavar="N", help="How many times each measurement is repeated. Each kernel runs that often on the same input (determinism)."),
 ]
 BackendOption = Annotated[
     str | None,
@@ -120,13 +122,7 @@ def numerics(
 
             tables.kernel_table(report)
     if specs is not None:
-        from gptoss_patch.bench import BenchFailed
-
-        try:
-            served = _served(specs, start_timeout, log_dir, parallel, max_tokens)
-        except BenchFailed as exc:  # the cause in one line, then the server's last lines
-            render.bench_failed(exc, as_json=json)
-            raise clikit.Exit(int(exc.exit_code)) from None
+        served = _served(specs, start_timeout, log_dir, parallel, max_tokens)  # BenchFailed: the one error path
         payload["servers"] = served.to_json()
         if not json:
             from gptoss_patch.numerics import render as tables

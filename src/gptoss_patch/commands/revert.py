@@ -24,7 +24,9 @@ from gptoss_patch.options import (
 if TYPE_CHECKING:
     from gptoss_patch.target import Installation
 
-ForceOption = Annotated[bool, clikit.Option("--force", help="Restore originals even over files changed since apply.")]
+ForceOption = Annotated[
+    bool, clikit.Option("--force", help="Go ahead where a safety check refuses. Here: restore originals even over files changed since apply.")
+]
 
 
 @handles_errors

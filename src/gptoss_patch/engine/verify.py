@@ -5,16 +5,15 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
 from collections.abc import Sequence
 from dataclasses import replace
 
 from gptoss_patch.engine.context import Context, decode, open_context
 from gptoss_patch.engine.status import status
+from gptoss_patch.errors import InterpreterFailed
 from gptoss_patch.registry import by_id
 from gptoss_patch.spec import PatchResult, Report, Selection, State
-from gptoss_patch.target import Installation
+from gptoss_patch.target import Installation, answer_line, call
 from gptoss_patch.userpatches import UserPatch
 
 
@@ -44,7 +43,7 @@ def _verify_one(result: PatchResult, ctx: Context, compile_errors: dict[str, str
 
 
 _COMPILE = """
-import json, sys
+import sys
 errors = {}
 for rel in sys.argv[2:]:
     path = sys.argv[1] + "/" + rel
@@ -52,18 +51,15 @@ for rel in sys.argv[2:]:
         compile(open(path, "rb").read(), path, "exec")
     except SyntaxError as exc:
         errors[rel] = f"line {exc.lineno}: {exc.msg}"
-print(json.dumps(errors))
-"""
+""" + answer_line("errors")
 
 
 def _compile(inst: Installation, files: list[str]) -> dict[str, str]:
     """Compile in the target interpreter (its Python version decides), writing no bytecode."""
     if not files:
         return {}
-    proc = subprocess.run(
-        [inst.python, "-c", _COMPILE, str(inst.site_packages), *files], capture_output=True, text=True, check=False
-    )
-    if proc.returncode != 0:
-        return {f: (proc.stderr.strip().splitlines() or ["compiler crashed"])[-1] for f in files}
-    errors: dict[str, str] = json.loads(proc.stdout)
+    try:
+        errors: dict[str, str] = call(inst.python, _COMPILE, str(inst.site_packages), *files, what="the compile check").answer
+    except InterpreterFailed as exc:  # the compiler itself failed: every file is unproven
+        return {f: exc.reason for f in files}
     return errors

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,11 +23,11 @@ from typing import Any
 from gptoss_patch import __version__, distinfo, engine, registry, userpatches
 from gptoss_patch.engine import record
 from gptoss_patch.engine.ledger import Store
-from gptoss_patch.errors import Conflict, PatchFailed, TargetError, UsageError, WriteFailed, cause, detail_of
+from gptoss_patch.errors import Conflict, InterpreterFailed, PatchFailed, UsageError, WriteFailed
 from gptoss_patch.fsutil import atomic_write, sha256, write_failed
 from gptoss_patch.hook import plugin
 from gptoss_patch.spec import Report, Selection, State
-from gptoss_patch.target import Installation
+from gptoss_patch.target import Installation, answer_line, call
 
 MODULE = "gptoss_patch_hook"
 DIST_NAME = "gptoss-patch-hook"
@@ -119,7 +118,7 @@ def install(
         chosen = selection if selection is not None else _stored_selection(previous)
         registry.check_ids(chosen.only + chosen.skip, tuple(u.name for u in user))
         report = engine.status(inst, chosen, user)
-        _refuse_unfixable(report)
+        _refuse_unfixable(report, installed=previous is not None)
         state = expectation(report, mode or (previous or {}).get("mode") or "fail", chosen, tool or sys.executable)
         state["patch_dirs"] = [str(d) for d in dirs]
         _write_all(layout, _files(layout, state))
@@ -130,8 +129,11 @@ def install(
 def _precompile(python: str, layout: Layout) -> None:
     """Bytecode now, by the target interpreter: every vLLM process then skips compiling the guard,
     also where it could not write bytecode (PYTHONDONTWRITEBYTECODE, a read-only image). Best effort."""
-    code = "import py_compile, sys; py_compile.compile(sys.argv[1], doraise=True)"
-    subprocess.run([python, "-c", code, str(layout.module)], capture_output=True, timeout=60, check=False)
+    code = "import py_compile, sys\npy_compile.compile(sys.argv[1], doraise=True)\n" + answer_line("True")
+    try:
+        call(python, code, str(layout.module), what="compiling the hook")
+    except InterpreterFailed:
+        pass  # vLLM compiles it at its first start instead
 
 
 def _stored_selection(previous: dict[str, Any] | None) -> Selection:
@@ -141,16 +143,18 @@ def _stored_selection(previous: dict[str, Any] | None) -> Selection:
     )
 
 
-def _refuse_unfixable(report: Report) -> None:
-    """A damaged, drifted, hand-edited, conflicting or orphaned patch would make every vLLM start refuse: say so now,
-    with the advice apply and status give (reinstall a damaged file, `revert --force --only` a modified patch,
-    `revert --only` an orphaned one)."""
+def _refuse_unfixable(report: Report, *, installed: bool = False) -> None:
+    """A damaged, drifted, hand-edited or conflicting patch would make every vLLM start refuse, and an orphaned one
+    (its plugin removed) is a patch the hook could neither check nor re-apply: say so now, with the advice apply and
+    status give (reinstall a damaged file, `revert --force --only` a modified patch, `revert --only` an orphaned one).
+    `installed`: a hook is there already, and is left as it was."""
     from gptoss_patch.engine.apply import builtin_fix, refuse_damaged
     from gptoss_patch.engine.context import open_context
     from gptoss_patch.engine.status import orphan_fix
 
     inst = report.installation
-    not_installed = "the hook was not installed (it would refuse every vLLM start over it)"
+    kept = "the installed hook was left as it was" if installed else "the hook was not installed"
+    not_installed = f"{kept} (it would refuse every vLLM start over it)"
     try:
         refuse_damaged(open_context(inst), list(report.results))
     except PatchFailed as exc:
@@ -161,8 +165,11 @@ def _refuse_unfixable(report: Report) -> None:
     first = bad[0]
     error = PatchFailed if first.state is State.DRIFTED else Conflict
     if first.state is State.ORPHANED:
-        hint = f"take it out first: {orphan_fix(inst, first.id, force='changed since' in first.reason)}"
-    elif first.origin:
+        fix = orphan_fix(inst, first.id, force="changed since" in first.reason)
+        raise Conflict(f"patch {first.id} is orphaned: gptoss-patch applied it, but no installed patch set provides it any "
+                       f"more (a plugin removed?); {kept}: it could neither check nor re-apply that patch",
+                       hint=f"take it out first: {fix} (the ledger has the original bytes), or reinstall the plugin that provides it")
+    if first.origin:
         hint = f"fix it first (gptoss-patch status), or leave it out with --skip {first.id}"
     else:
         same_file = [r.id for r in bad if r.file == first.file and r.state is first.state]
@@ -321,9 +328,5 @@ def fix_command(hook: HookStatus, python: str) -> str:
 
 def purelib(python: str) -> Path:
     """The interpreter's own site-packages (for uninstall when vLLM is no longer there)."""
-    code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
-    try:
-        proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60, check=True)
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise TargetError(f"{python} is not a usable Python interpreter ({cause(exc)})", detail=detail_of(exc)) from None
-    return Path(proc.stdout.strip())
+    code = "import sysconfig\n" + answer_line("sysconfig.get_paths()['purelib']")
+    return Path(call(python, code, what=f"{python} is not a usable Python interpreter").answer)

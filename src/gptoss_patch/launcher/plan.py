@@ -17,7 +17,7 @@ from typing import Any
 
 from gptoss_patch.errors import UsageError
 from gptoss_patch.launcher import parallel, profiles, static
-from gptoss_patch.launcher.results import LaunchPlan, Setting
+from gptoss_patch.launcher.results import LaunchPlan, Setting, Tuned
 from gptoss_patch.spec import PatchResult, Report, ServeEnv, State
 from gptoss_patch.target import STOCK_DISTRIBUTION, Installation
 
@@ -112,6 +112,37 @@ def resolve(inst: Installation, options: LaunchOptions, environ: Mapping[str, st
     )
 
 
+def apply_tuned(plan: LaunchPlan, tuned: Tuned | None) -> LaunchPlan:
+    """The plan with what `gptoss-patch tune` found for this stack (tune/profile.py's lookup): a used profile's settings
+    replace the built-in profile's settings of the same flag; the user's arguments after -- and --concurrency (the
+    capture sizes) still win, each one left out with a note. A stale or corrupt profile changes nothing but
+    `plan.tuned`, whose line serve and doctor print."""
+    if tuned is None:
+        return plan
+    if tuned.state != "used" or not tuned.settings:
+        return dataclasses.replace(plan, tuned=tuned)
+    given = {_positive(static.canonical_flag(use.name)) for use in static.scan_flags(plan.extra_args)}
+    asked_capture = plan.options is not None and bool(plan.options.concurrency)
+    settings = list(plan.settings)
+    notes = list(plan.notes)
+    for setting in tuned.settings:
+        if _positive(setting.name) in given:
+            notes.append(f"tuned {' '.join(setting.argv)} left out: given after --")
+            continue
+        if asked_capture and profiles.is_capture_setting(setting):
+            notes.append(f"tuned {setting.name} left out: --concurrency sets the capture sizes")
+            continue
+        replaced = [s for s in settings if s.kind == "flag" and s.name == setting.name]
+        for old in replaced:
+            notes.append(f"{' '.join(old.argv)} replaced by the tuned {' '.join(setting.argv)}")
+        settings = [s for s in settings if s not in replaced] + [setting]
+    expected = plan.expected_moe
+    moe = next((s for s in settings if s.kind == "flag" and s.name == "--moe-backend"), None)
+    if moe is not None and moe in tuned.settings:
+        expected = profiles.MARLIN_FAMILY if moe.values == ("marlin",) else None
+    return dataclasses.replace(plan, settings=tuple(settings), notes=tuple(notes), tuned=tuned, expected_moe=expected)
+
+
 def parallel_context(options: LaunchOptions, environ: Mapping[str, str], default_utilization: float | None = None) -> parallel.Context:
     """The parallel sizes given after --, the GPUs nvidia-smi lists (not asked for the cpu profile), the model's shape,
     the installed vLLM's --gpu-memory-utilization default (None: not readable, vLLM's long-standing 0.9 assumed)."""
@@ -199,6 +230,12 @@ def _fit_moe_backend(settings: tuple[Setting, ...], model: str | None) -> tuple[
         if s not in kept
     ]
     return kept, notes
+
+
+def model_quantization(model: str | None) -> str:
+    """The MoE experts' format of `model`: a local checkpoint's quant_method ("unquantized" without one); "mxfp4" for a
+    model id (every released gpt-oss checkpoint is MXFP4)."""
+    return _local_quantization(model) or "mxfp4"
 
 
 def _local_quantization(model: str | None) -> str | None:

@@ -1,8 +1,9 @@
-"""The one launch path of every command that starts vLLM (serve, doctor, bench, numerics): `prepare()`.
+"""The one launch path of every command that starts vLLM (serve, doctor, bench, numerics, tune): `prepare()`.
 
-resolve the target -> the plan -> can it start (executable, model, port) -> the GPU layout -> every pre-flight
-check, in that order. Bad input stops with one error (its exit code, its hint) before anything starts, the same
-in every command; the checks come back as data for the command to print.
+resolve the target -> the plan (serve and doctor: with `tune`'s profile for this stack, unless --no-tuned) -> can it
+start (executable, model, port) -> the GPU layout -> every pre-flight check, in that order. Bad input stops with one
+error (its exit code, its hint) before anything starts, the same in every command; the checks come back as data for
+the command to print.
 
 Light at import (the CLI builds its options from `LaunchRequest`); the launcher is imported when prepare() runs.
 """
@@ -44,6 +45,7 @@ class LaunchRequest:
     python: str | None = None  # the target: --python, --venv, else $VIRTUAL_ENV, else our own interpreter
     venv: str | None = None
     vllm: str | None = None  # --vllm VERSION: the version asserted
+    tuned: bool = True  # serve and doctor: use `gptoss-patch tune`'s profile for this stack (--no-tuned: not)
 
 
 @dataclass(frozen=True)
@@ -131,4 +133,9 @@ def _plan(request: LaunchRequest, notify: Callable[[str], None]) -> LaunchPlan:
         vocabulary = pool.submit(planning.vocabulary_choice, dict(os.environ), options.vocab, python)
         inst = found.result()
     notify(f"Detected {inst.label} at {inst.site_packages} (python {inst.python})")
-    return planning.resolve(inst, options, vocabulary=vocabulary.result())
+    plan = planning.resolve(inst, options, vocabulary=vocabulary.result())
+    if not request.tuned:
+        return plan
+    from gptoss_patch.tune import profile
+
+    return planning.apply_tuned(plan, profile.lookup(plan))

@@ -64,6 +64,21 @@ class Setting:
 
 
 @dataclass(frozen=True)
+class Tuned:
+    """What `gptoss-patch tune` left for this launch (tune/profile.py finds it): a profile of the same GPU, vLLM and model
+    shape (`used`: its settings join the plan), one of another vLLM or GPU (`stale`), or one that cannot be read
+    (`corrupt`); the last two add nothing. `line` is the one line serve and doctor print."""
+
+    state: Literal["used", "stale", "corrupt"]
+    path: Path
+    line: str
+    settings: tuple[Setting, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"state": self.state, "path": str(self.path), "line": self.line, "settings": [s.to_json() for s in self.settings]}
+
+
+@dataclass(frozen=True)
 class LaunchPlan:
     """Everything `vllm serve` will be started with, and why; built by plan.resolve()."""
 
@@ -84,6 +99,7 @@ class LaunchPlan:
     # The server's module, run as `python -m MODULE --model M`, where the `vllm` script cannot start it.
     server_module: str | None = None
     parallel: Any = None  # parallel.Context: the TP/DP sizes, the GPUs nvidia-smi lists, the model's shape
+    tuned: Tuned | None = None  # the tuned profile found for this stack (used, stale or corrupt); None: none, or --no-tuned
 
     @property
     def entry(self) -> list[str]:

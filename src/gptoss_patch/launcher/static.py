@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from packaging.version import Version
 
@@ -92,6 +93,27 @@ class Capabilities:
         """Registered, not deprecated; the selector reads it when it is a MoE variable."""
         return self.env.knows(name) and name not in self.env.deprecated
 
+    def to_json(self) -> dict[str, object]:
+        """What was read, as plain data: the static cache's entry (and the launcher tests' recorded facts per release)."""
+        return {
+            "env": sorted(self.env.names),
+            "deprecated": dict(sorted(self.env.deprecated.items())),
+            "flags": sorted(self.flags.flags),
+            "moe_env": sorted(self.moe.env_reads),
+            "moe_flag": self.moe.honours_moe_backend,
+            "moe_choices": list(self.moe.choices),
+        }
+
+    @classmethod
+    def from_json(cls, version: Version, raw: Mapping[str, Any]) -> Capabilities:
+        """The inverse of to_json; KeyError, TypeError or ValueError for data that is not such an entry."""
+        return cls(
+            version,
+            EnvRegistry(frozenset(raw["env"]), dict(raw["deprecated"])),
+            FlagRegistry(frozenset(raw["flags"])),
+            MoeSelector(frozenset(raw["moe_env"]), bool(raw["moe_flag"]), tuple(raw["moe_choices"])),
+        )
+
 
 def read_capabilities(package_root: Path, version: Version, cache_dir: Path | None = None) -> Capabilities:
     """Parse the installed files, or reuse the result cached for exactly these files (path, mtime, size).
@@ -125,26 +147,13 @@ def _fingerprint(package_root: Path) -> str:
 def _load_cached(path: Path, version: Version) -> Capabilities | None:
     raw = paths.read_json(path)
     try:
-        return Capabilities(
-            version,
-            EnvRegistry(frozenset(raw["env"]), dict(raw["deprecated"])),
-            FlagRegistry(frozenset(raw["flags"])),
-            MoeSelector(frozenset(raw["moe_env"]), bool(raw["moe_flag"]), tuple(raw["moe_choices"])),
-        )
+        return Capabilities.from_json(version, raw)
     except (KeyError, TypeError, ValueError):
         return None  # no entry, or one we cannot trust: parse again
 
 
 def _store_cached(path: Path, caps: Capabilities) -> None:
-    payload = {
-        "env": sorted(caps.env.names),
-        "deprecated": dict(caps.env.deprecated),
-        "flags": sorted(caps.flags.flags),
-        "moe_env": sorted(caps.moe.env_reads),
-        "moe_flag": caps.moe.honours_moe_backend,
-        "moe_choices": list(caps.moe.choices),
-    }
-    paths.write_json(path, payload)
+    paths.write_json(path, caps.to_json())
 
 
 # -- envs.py -------------------------------------------------------------------------------------

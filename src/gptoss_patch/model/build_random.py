@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+ANSWER = "GPTOSS_PATCH_ANSWER "  # gptoss_patch.target.ANSWER (this script runs where gptoss-patch may not be installed)
+
 # tiktoken caches every file it reads, local ones included, under $TMPDIR/data-gym-cache unless
 # this is empty; the build must write nowhere but its output directory.
 os.environ["TIKTOKEN_CACHE_DIR"] = ""
@@ -89,7 +91,7 @@ def main(argv: list[str]) -> int:
         "tokenizer_seconds": round(tokenizer_seconds, 1),
         "seconds": round(time.monotonic() - started, 1),
     }
-    print(json.dumps(summary))
+    print(ANSWER + json.dumps(summary), flush=True)  # the framing gptoss_patch.target.call reads
     return 0
 
 

@@ -6,14 +6,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from gptoss_patch import vocab
-from gptoss_patch.errors import TargetError, UsageError, WriteFailed
+from gptoss_patch import target, vocab
+from gptoss_patch.errors import UsageError, WriteFailed
 from gptoss_patch.fsutil import sha256
 from gptoss_patch.model.checkpoint import MXFP4_SCALE_BYTES, checkpoint_bytes, shard_plan, tensor_plan
 from gptoss_patch.model.recipe import BUILDER, Recipe
@@ -119,31 +118,14 @@ def _payload(recipe: Recipe, vocab_file: Path, staging: Path) -> dict[str, Any]:
 
 
 def _run_builder(python: str | Path, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """Run build_random.py in `python`; its summary. Raises TargetError naming its last stderr line."""
-    command = [str(python), str(BUILDER)]
+    """Run build_random.py in `python`; its summary. Raises InterpreterFailed naming its last stderr line."""
     started = time.monotonic()
-    try:
-        proc = subprocess.run(
-            command, input=json.dumps(payload), capture_output=True, text=True, timeout=timeout, env=_builder_env(), check=False
-        )
-    except FileNotFoundError:
-        raise TargetError(f"cannot build the model: interpreter {python} does not exist") from None
-    except OSError as exc:
-        raise TargetError(f"cannot build the model: cannot run {python} ({exc.strerror or exc})") from None
-    except subprocess.TimeoutExpired:
-        raise TargetError(f"building the model with {python} did not finish in {timeout:.0f} s") from None
-    if proc.returncode != 0:
-        raise TargetError(f"building the model with {python} failed (exit {proc.returncode}): {_last_line(proc.stderr)}", detail=proc.stderr)
-    return {**_summary(proc.stdout), "wall_seconds": round(time.monotonic() - started, 1)}
-
-
-def _summary(stdout: str) -> dict[str, Any]:
-    """The builder's last stdout line (JSON); libraries may print before it, so only the last counts."""
-    try:
-        summary = json.loads(_last_line(stdout))
-    except ValueError:
-        return {}
-    return summary if isinstance(summary, dict) else {}
+    ran = target.call(
+        python, BUILDER, what=f"building the model with {python} failed", timeout=timeout, stdin=json.dumps(payload),
+        env=_builder_env(),
+    )  # fmt: skip
+    summary = ran.answer if isinstance(ran.answer, dict) else {}
+    return {**summary, "wall_seconds": round(time.monotonic() - started, 1)}
 
 
 def _make_readable(staging: Path) -> None:
@@ -156,11 +138,6 @@ def _make_readable(staging: Path) -> None:
 def _builder_env() -> dict[str, str]:
     # Offline by construction: nothing in the build may reach a model hub, even by accident.
     return {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
-
-
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else "no error output"
 
 
 def _write_stamp(staging: Path, recipe: Recipe, python: str | Path, summary: dict[str, Any]) -> None:

@@ -9,7 +9,7 @@ Reads one JSON object on stdin:
      "backends": ["cpu", "marlin", "triton", "flashinfer"] (or [] for every one), "scale_bytes": [118, 122],
      "dense": true (false: the MoE layer only, when another process checks the dense projections)}
 
-and prints one JSON line: {"device", "torch", "vllm", "reference", "results": [...], "not_run": [...], "skipped": [...],
+and prints one JSON line behind ANSWER: {"device", "torch", "vllm", "reference", "results": [...], "not_run": [...], "skipped": [...],
 "phases": {name: seconds}, "seconds"}. gptoss_patch.numerics.kernels runs such processes side by side, one per GPU MoE
 backend (each compiles its kernels on a machine's first use), with the same seed: each makes the same weights, and
 a batch of n tokens is the same whichever other token counts are asked for.
@@ -44,6 +44,7 @@ import sys
 import time
 import traceback
 
+ANSWER = "GPTOSS_PATCH_ANSWER "  # gptoss_patch.target.ANSWER (this script runs where gptoss-patch may not be installed)
 E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
 ALPHA = 1.702  # gpt-oss's SwiGLU: gate * sigmoid(ALPHA * gate) * (up + 1), both clamped at swiglu_limit
 
@@ -76,7 +77,7 @@ def main() -> int:
         report["phases"]["dense"] = round(time.monotonic() - started, 1)
     experts(torch, payload, shape, tokens, repeat, device, report)
     report["seconds"] = round(time.monotonic() - begun, 1)
-    sys.stdout.write(json.dumps(report) + "\n")
+    sys.stdout.write(ANSWER + json.dumps(report) + "\n")  # the framing gptoss_patch.target.call reads
     return 0
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -262,7 +261,7 @@ def run(
     backends: tuple[str, ...] = (), seed: int = 0, timeout: float = KERNEL_TIMEOUT, sequential: bool = False,
 ) -> KernelReport:  # fmt: skip
     """kernel_check.py in `python`, in the processes `split` plans, side by side: their reports as one. A failing
-    process (not a missing backend: that is in the report) raises TargetError with its last stderr line."""
+    process (not a missing backend: that is in the report) raises InterpreterFailed (a TargetError) naming its last stderr line."""
     from gptoss_patch.model.checkpoint import MXFP4_SCALE_BYTES
 
     wanted = tuple(b for b in backends if not (shape.experts != "mxfp4" and b in MXFP4_BACKENDS))
@@ -316,22 +315,19 @@ def split(wanted: tuple[str, ...], *, sequential: bool = False) -> list[CheckPro
 
 
 def _run_process(python: str, payload: dict[str, Any], timeout: float) -> dict[str, Any] | TargetError:
-    """One kernel_check.py process: its report, or the TargetError that says why there is none."""
-    label = ",".join(payload["backends"])
+    """One kernel_check.py process: its report, or the InterpreterFailed that says why there is none."""
+    from gptoss_patch import target
+    from gptoss_patch.errors import InterpreterFailed
+
     try:
-        proc = subprocess.run(
-            [python, str(SCRIPT)], input=json.dumps(payload) + "\n", capture_output=True, text=True,
-            timeout=timeout, env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=False,
+        ran = target.call(
+            python, SCRIPT, what=f"the kernel check failed in {python}", timeout=timeout, stdin=json.dumps(payload) + "\n",
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
         )  # fmt: skip
-    except FileNotFoundError:
-        return TargetError(f"cannot run the kernel check: interpreter {python} does not exist")
-    except subprocess.TimeoutExpired:
-        return TargetError(f"the kernel check ({label}) in {python} did not finish in {timeout:.0f} s")
-    found = _last_json(proc.stdout)
-    if proc.returncode != 0 or found is None:
-        last = next((line for line in reversed(proc.stderr.splitlines()) if line.strip()), "no error output")
-        return TargetError(f"the kernel check failed in {python} (exit {proc.returncode}): {last}", detail=proc.stderr)
-    return found
+    except InterpreterFailed as exc:
+        return exc
+    report: dict[str, Any] = ran.answer
+    return report
 
 
 def _merged(reports: list[dict[str, Any]], labels: list[str], wanted: tuple[str, ...]) -> dict[str, Any]:
@@ -365,18 +361,3 @@ def _merged(reports: list[dict[str, Any]], labels: list[str], wanted: tuple[str,
             phases[f"process {label}"] = report["seconds"]
     merged["phases"] = phases
     return merged
-
-
-def _last_json(stdout: str) -> dict[str, Any] | None:
-    """vLLM logs to stdout too: the report is the last line that is a JSON object with results."""
-    for line in reversed(stdout.splitlines()):
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            found = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(found, dict) and "results" in found:
-            return found
-    return None

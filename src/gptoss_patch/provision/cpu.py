@@ -17,9 +17,7 @@ wheels are downloaded. No vLLM code is imported: the metadata is read as text.
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
 import zipfile
 from collections.abc import Callable, Iterable, Mapping
 from email.parser import HeaderParser
@@ -98,28 +96,26 @@ def pinned_version(req: Requirement) -> Version:
 
 
 _ENVIRONMENT = r"""
-import json, os, platform, sys
+import os, platform, sys
 impl = sys.implementation
 iv = "{0.major}.{0.minor}.{0.micro}".format(impl.version)
 if impl.version.releaselevel != "final":
     iv += impl.version.releaselevel[0] + str(impl.version.serial)
-print(json.dumps({
+found = {
     "implementation_name": impl.name, "implementation_version": iv, "os_name": os.name,
     "platform_machine": platform.machine(), "platform_release": platform.release(), "platform_system": platform.system(),
     "platform_version": platform.version(), "python_full_version": platform.python_version(),
     "platform_python_implementation": platform.python_implementation(),
     "python_version": ".".join(platform.python_version_tuple()[:2]), "sys_platform": sys.platform,
-}))
+}
 """
 
 
 def marker_environment(python: Path) -> dict[str, str]:
     """PEP 508's marker variables as the target interpreter sees them (the standard library only)."""
-    proc = subprocess.run([str(python), "-c", _ENVIRONMENT], capture_output=True, text=True, timeout=120, check=False)
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise TargetError(f"{python} is not a usable Python interpreter: {last}", detail=proc.stderr)
-    found: dict[str, str] = json.loads(proc.stdout)
+    from gptoss_patch.target import answer_line, call
+
+    found: dict[str, str] = call(python, _ENVIRONMENT + answer_line("found"), what=f"{python} is not a usable Python interpreter").answer
     return found
 
 

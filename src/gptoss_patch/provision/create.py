@@ -23,10 +23,10 @@ from gptoss_patch import __version__, engine
 from gptoss_patch.errors import GptossPatchError, PatchFailed, TargetError
 from gptoss_patch.hook import installer
 from gptoss_patch.provision import cpu
-from gptoss_patch.provision.installers import Installer, last_line
+from gptoss_patch.provision.installers import Installer
 from gptoss_patch.provision.plan import SELF, Outcome, Plan, Skip, StepRunner
 from gptoss_patch.provision.selfdist import own_distribution
-from gptoss_patch.target import Installation, discover, find
+from gptoss_patch.target import Installation, answer_line, call, discover, find
 from gptoss_patch.versions import parse_version
 
 T = TypeVar("T")
@@ -206,17 +206,13 @@ for dist in metadata.distributions():
     name = (dist.metadata["Name"] or "").lower().replace("_", "-").replace(".", "-")
     if names is None or name in names:
         found.setdefault(name, dist.version)
-print(json.dumps(found))
-"""
+""" + answer_line("found")
 
 
 def installed_versions(python: Path, names: list[str] | None) -> dict[str, str]:
     """Normalised distribution name -> version, as the venv's own interpreter sees them."""
     wanted = None if names is None else [_norm(n) for n in names]
-    proc = subprocess.run([str(python), "-c", _PROBE, json.dumps(wanted)], capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise TargetError(f"{python} is not a usable Python interpreter: {last_line(proc.stderr)}", detail=proc.stderr)
-    found = json.loads(proc.stdout)
+    found: dict[str, str] = call(python, _PROBE, json.dumps(wanted), what=f"{python} is not a usable Python interpreter").answer
     return found if names is None else {n: found[_norm(n)] for n in names if _norm(n) in found}
 
 

@@ -1,5 +1,9 @@
 """The installers `venv create` drives: pip (the new venv's own, or ours pointed at it) or uv; their output
-streamed to a callback and read for the one-line reason of a failure (no network, no such version, other)."""
+streamed to a callback and read for the one-line reason of a failure (no network, no such version, other).
+
+They run pip, uv and `python -m venv`, not code of ours that answers, so they run here rather than through
+target.call; each has a timeout all the same, and errors.last_line names a failure.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +11,17 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from gptoss_patch.errors import TargetError
+from gptoss_patch import wheels
+from gptoss_patch.errors import InterpreterFailed, TargetError, last_line, meaningful_lines
 from gptoss_patch.provision.plan import Plan
+
+# Seconds, per kind of installer work.
+INSTALL_TIMEOUT = 3600  # one `pip install` / `uv pip install` (vLLM's CPU build with torch: about 8 GB to download)
+SETUP_TIMEOUT = 600  # creating a virtualenv; uninstalling what a failed run installed
 
 # pip / uv output that means the index could not be reached at all (not "no such version").
 _OFFLINE = re.compile(
@@ -41,12 +51,20 @@ class Installer:
         _checked([base, "-m", "venv", str(directory)], f"creating the virtualenv {directory}")
 
     def pip(self, python: Path) -> list[str]:
-        """The venv's own pip; for a venv without one (uv, --without-pip), ours pointed at it."""
+        """The venv's own pip; for a venv without one (uv, --without-pip), ours pointed at it; else the pip wheel
+        its Python's ensurepip would install (Debian's /usr/share/python-wheels included), run by the venv's python
+        from the wheel itself: nothing downloaded, nothing added to the venv."""
         if _has_module(python, "pip"):
             return [str(python), "-m", "pip"]
         if _has_module(Path(sys.executable), "pip"):
             return [sys.executable, "-m", "pip", "--python", str(python)]
-        raise TargetError(f"{python} has no pip, and neither has {sys.executable}", hint="use --uv, or install pip into the venv")
+        probe = wheels.probe_target(str(python))
+        theirs = wheels.ensurepip_dirs(str(probe["stdlib"]), str(probe.get("wheel_pkg_dir") or "")) if probe.get("stdlib") else []
+        bundled = wheels.bundled_pip([*theirs, *wheels.own_ensurepip_dirs()])
+        if bundled is not None:
+            return [str(python), str(bundled / "pip")]
+        raise TargetError(f"{python} has no pip, neither has {sys.executable}, and Python's ensurepip has no pip wheel",
+                          hint="use --uv, or install pip into the venv")
 
     def install_command(self, python: Path) -> list[str]:
         return [*self.pip(python), "install", "--disable-pip-version-check", "--no-input"]
@@ -59,7 +77,7 @@ class Installer:
             raise _install_error(what, proc.stdout)
 
     def uninstall(self, python: Path, names: list[str]) -> None:
-        subprocess.run([*self.pip(python), "uninstall", "-y", *names], capture_output=True, check=False)
+        subprocess.run([*self.pip(python), "uninstall", "-y", *names], capture_output=True, timeout=SETUP_TIMEOUT, check=False)
 
 
 class UvInstaller(Installer):
@@ -76,12 +94,18 @@ class UvInstaller(Installer):
         return [self.uv, "pip", "install", "--python", str(python)]
 
     def uninstall(self, python: Path, names: list[str]) -> None:
-        subprocess.run([self.uv, "pip", "uninstall", "--python", str(python), *names], capture_output=True, check=False)
+        subprocess.run([self.uv, "pip", "uninstall", "--python", str(python), *names], capture_output=True,
+                       timeout=SETUP_TIMEOUT, check=False)
 
 
 def _has_module(python: Path, name: str) -> bool:
-    code = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({name!r}) is None)"
-    return subprocess.run([str(python), "-c", code], capture_output=True, check=False).returncode == 0
+    from gptoss_patch.target import answer_line, call
+
+    source = f"import importlib.util\n{answer_line(f'importlib.util.find_spec({name!r}) is not None')}"
+    try:
+        return bool(call(python, source, what=f"asking {python} for {name}").answer)
+    except InterpreterFailed:
+        return False
 
 
 def _install_error(what: str, output: str) -> TargetError:
@@ -99,28 +123,39 @@ def _install_error(what: str, output: str) -> TargetError:
 
 
 def _last_error(output: str) -> str:
-    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
-    errors = [ln for ln in lines if ln.lower().startswith("error")]
-    return (errors or lines or ["no output"])[-1]
-
-
-def last_line(text: str) -> str:
-    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-    return lines[-1] if lines else "no output"
+    """An installer's reason: its last line that starts with "error" (pip and uv say it there), else its last line."""
+    errors = [ln for ln in meaningful_lines(output) if ln.lower().startswith("error")]
+    return errors[-1] if errors else last_line(output)
 
 
 def _checked(command: list[str], what: str) -> None:
-    proc = subprocess.run(command, capture_output=True, text=True, check=False)
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=SETUP_TIMEOUT, check=False)
+    except subprocess.TimeoutExpired:
+        raise TargetError(f"{what} failed: did not finish in {SETUP_TIMEOUT} s") from None
     if proc.returncode != 0:
         raise TargetError(f"{what} failed: {last_line(proc.stderr)}", detail=proc.stderr)
 
 
-def run_streamed(command: list[str], echo: Callable[[str], None] | None) -> subprocess.CompletedProcess[str]:
-    """Run an installer, passing its lines to `echo` as they come (progress), keeping them for errors."""
+def run_streamed(
+    command: list[str], echo: Callable[[str], None] | None, timeout: float = INSTALL_TIMEOUT
+) -> subprocess.CompletedProcess[str]:
+    """Run an installer, passing its lines to `echo` as they come (progress), keeping them for errors; killed after
+    `timeout` seconds (its output then ends with an error line that says so)."""
     kept: list[str] = []
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1) as proc:
-        for line in proc.stdout:  # type: ignore[union-attr]
-            kept.append(line)
-            if echo is not None:
-                echo(line.rstrip("\n"))
+        timer = threading.Timer(timeout, proc.kill)
+        timer.daemon = True  # never keeps the process alive (Ctrl-C ends it at once)
+        try:
+            timer.start()
+            for line in proc.stdout:  # type: ignore[union-attr]
+                kept.append(line)
+                if echo is not None:
+                    echo(line.rstrip("\n"))
+            proc.wait()
+        finally:
+            timed_out = not timer.is_alive()
+            timer.cancel()
+    if timed_out and proc.returncode:
+        kept.append(f"error: {command[0]} did not finish in {timeout:.0f} s\n")
     return subprocess.CompletedProcess(command, proc.returncode, "".join(kept[-400:]), "")

@@ -13,21 +13,19 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import tempfile
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gptoss_patch import vocab
+from gptoss_patch import target, vocab
+from gptoss_patch.errors import last_line
 from gptoss_patch.registry import by_id
-from gptoss_patch.verify.probes import MARKER, RUNNER, probe_ids
+from gptoss_patch.verify.probes import RUNNER, probe_ids
 
 START_DATE = "2026-01-01"  # VLLM_SYSTEM_START_DATE: a pinned date makes the rendered prompt reproducible
 SET_BY_PROBES = ("VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS", "VLLM_MARLIN_USE_ATOMIC_ADD")
-TIMEOUT = 600.0
+TIMEOUT = 600.0  # seconds for the probe process (vLLM's import, about 8 s on 2 cores, and every probe)
 NO_PROBE = "no behaviour probe for this patch"
 VOCAB_MISSING = "the harmony vocabulary (o200k_base.tiktoken): run `gptoss-patch vocab install`"
 
@@ -115,68 +113,33 @@ def _run_probes(
     python: str, ids: list[str], env: dict[str, str], verbose: bool, on_start: Callable[[str], None] | None = None,
     files: Mapping[str, str] | None = None,
 ) -> dict[str, ProbeResult]:
+    """Every probe in one target.call (answers: a `start` and a `result` event per probe, as they come); killed
+    after TIMEOUT. A process that died or was killed still gives the results that came before."""
+
+    def started(event: Any) -> None:
+        if on_start is not None and isinstance(event, dict) and event.get("event") == "start":
+            on_start(str(event.get("id")))
+
+    payload = json.dumps({"probes": ids, "verbose": verbose, "files": dict(files or {})})
     # -B: the probe process writes nothing, not even bytecode (into the target or into our package).
-    command = [python, "-B", str(RUNNER), json.dumps({"probes": ids, "verbose": verbose, "files": dict(files or {})})]
-    try:
-        stdout, stderr, code = _streamed(command, env, on_start)
-    except OSError as exc:
-        return {pid: ProbeResult(pid, None, f"cannot start {python}: {exc.strerror or exc}") for pid in ids}
-    return _collect(python, ids, _events(stdout), stderr, code)
-
-
-def _streamed(command: list[str], env: dict[str, str], on_start: Callable[[str], None] | None) -> tuple[str, str, int | None]:
-    """Run the probe process, reading its protocol lines as they come; killed after TIMEOUT (code None)."""
-    with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as log:  # a file: vLLM's logs never block a pipe
-        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, env=env, errors="replace") as proc:
-            timer = threading.Timer(TIMEOUT, proc.kill)
-            timer.start()
-            lines = []
-            try:
-                for line in proc.stdout or ():
-                    lines.append(line)
-                    if on_start is not None and line.startswith(MARKER):
-                        event = _events(line)
-                        if event and event[0].get("event") == "start":
-                            on_start(str(event[0].get("id")))
-                code: int | None = proc.wait()
-            finally:
-                timed_out = not timer.is_alive() and proc.returncode is not None and proc.returncode < 0
-                timer.cancel()
-                if proc.poll() is None:
-                    proc.kill()
-        log.seek(0)
-        stderr = log.read()
-    if timed_out:
-        return "".join(lines), f"timed out after {TIMEOUT:.0f} s", None
-    return "".join(lines), stderr, code
-
-
-def _text(output: str | bytes | None) -> str:
-    if isinstance(output, bytes):
-        return output.decode(errors="replace")
-    return output or ""
-
-
-def _events(stdout: str) -> list[dict[str, Any]]:
-    events = []
-    for line in stdout.splitlines():
-        if line.startswith(MARKER):
-            try:
-                events.append(json.loads(line[len(MARKER) :]))
-            except json.JSONDecodeError:
-                continue  # a log line that happened to start like ours; the protocol line is whole
-    return events
+    ran = target.call(
+        python, RUNNER, payload, what="the behaviour probes", flags=("-B",), env=env, timeout=TIMEOUT, on_answer=started,
+        check=False,
+    )  # fmt: skip
+    events = [e for e in ran.answers if isinstance(e, dict)]
+    if ran.failure is not None and ran.returncode is None and not ran.timed_out:  # it never started
+        return {pid: ProbeResult(pid, None, ran.failure.reason) for pid in ids}
+    why = f"timed out after {TIMEOUT:.0f} s" if ran.timed_out else last_line(ran.stderr, default=f"exit code {ran.returncode}")
+    return _collect(python, ids, events, why, ran.returncode)
 
 
 def _collect(
-    python: str, ids: list[str], events: list[dict[str, Any]], stderr: str, code: int | None
+    python: str, ids: list[str], events: list[dict[str, Any]], why: str, code: int | None
 ) -> dict[str, ProbeResult]:
-    """Results by id; a probe that started but never reported took the process down with it."""
+    """Results by id; a probe that started but never reported took the process down with it (`why`: its last line)."""
     pins = vllm_pins(python) if any(e.get("missing") for e in events) else {}
     results = {e["id"]: _result(python, e, pins) for e in events if e.get("event") == "result"}
     started = [e["id"] for e in events if e.get("event") == "start"]
-    last = [line for line in stderr.strip().splitlines() if line.strip()]
-    why = last[-1] if last else f"exit code {code}"
     for pid in ids:
         if pid in results:
             continue

@@ -5,7 +5,7 @@ import os
 import re
 import traceback
 
-MARKER = "GPTOSS_PATCH_PROBE_RESULT "
+MARKER = "GPTOSS_PATCH_ANSWER "  # gptoss_patch.target.ANSWER: the one framing of what runs in the target
 # The hook's stdlib-only plugin (gptoss_patch/hook/plugin.py): it names the .dist-info that provides vllm.
 PLUGIN = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "hook", "plugin.py")
 
