@@ -34,7 +34,7 @@ def test_a_two_candidate_tune_gates_writes_the_profile_and_serve_uses_it(clone: 
     state = tmp_path / "state"  # the tool's cache root (servers.server_env): the profile is written here
     port = servers.free_port()
     proc = tool(python, state, "tune", str(model), "--gpu", "cpu", "--python", str(python), "--allow-unpatched",
-                "--axes", "batched-tokens", "--budget", "3m", "--concurrency", "1", "--repeat", "2", "--input-len", "16",
+                "--axes", "batched-tokens", "--budget", "2m30s", "--concurrency", "1", "--repeat", "2", "--input-len", "16",
                 "--output-len", "8", "--port", str(port), "--log-dir", str(tmp_path / "logs"), "--json",
                 "--", *SERVE_ARGS, timeout=TIMEOUT)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -45,7 +45,7 @@ def test_a_two_candidate_tune_gates_writes_the_profile_and_serve_uses_it(clone: 
     names = [r["name"] for r in report["table"]]
     assert names[:2] == ["reference", "tokens-4096"] and names[2:] == ["tokens-1024", "tokens-512"][: len(names) - 2]
     assert {s["name"]: s["reason"].split(":")[0] for s in report["left_out"]} == {
-        name: "left out for the budget (3 min 00 s" for name in ("tokens-1024", "tokens-512") if name not in names}
+        name: "left out for the budget (2 min 30 s" for name in ("tokens-1024", "tokens-512") if name not in names}
     assert "not tried: tokens-1024: left out for the budget" in proc.stderr
     assert all(f"{name}: taken back in: " in proc.stderr for name in names[2:])
     assert "[2/2] tokens-4096: starting (" in proc.stderr and " elapsed, about " in proc.stderr  # progress with an estimate

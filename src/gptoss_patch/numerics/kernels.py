@@ -155,12 +155,12 @@ def gate(results: list[dict[str, Any]], floors: list[dict[str, Any]], multiple: 
             floor = _floor_of(result, floors)
             ratio = floor_ratio(result, floors)
             if floor is None or ratio is None:
-                failures.append(f"{tokens} tokens: no exact-bf16 floor to compare with")
+                failures.append(f"{_tokens(tokens)}: no exact-bf16 floor to compare with")
                 continue
             ratios.append(ratio)
             if ratio > multiple:
                 failures.append(
-                    f"{tokens} tokens: error {result['rel_error']:.3g} is {ratio:.2f}x the floor "
+                    f"{_tokens(tokens)}: error {result['rel_error']:.3g} is {ratio:.2f}x the floor "
                     f"{floor['rel_error']:.3g} (at most {multiple:g}x)"
                 )
             for what, value, step in (
@@ -172,7 +172,7 @@ def gate(results: list[dict[str, Any]], floors: list[dict[str, Any]], multiple: 
                 fraction = float(value) / float(step) if step else (0.0 if value == 0 else float("inf"))
                 steps.append(fraction)
                 if value > step:
-                    failures.append(f"{tokens} tokens: {what} differ by {value:.3g}, more than one bf16 step {step:.3g}")
+                    failures.append(f"{_tokens(tokens)}: {what} differ by {value:.3g}, more than one bf16 step {step:.3g}")
         verdicts.append(Verdict(
             layer, backend, passed=not failures, worst_ratio=max(ratios, default=None),
             worst_step=max(steps, default=None), failures=tuple(failures),
@@ -361,3 +361,8 @@ def _merged(reports: list[dict[str, Any]], labels: list[str], wanted: tuple[str,
             phases[f"process {label}"] = report["seconds"]
     merged["phases"] = phases
     return merged
+
+
+def _tokens(count: int) -> str:
+    """`1 token`, `8 tokens`: the batch a kernel line is about."""
+    return f"{count} token{'' if count == 1 else 's'}"
