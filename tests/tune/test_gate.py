@@ -37,6 +37,17 @@ def test_a_noisy_reference_widens_the_limit_to_twice_its_own_floor() -> None:
     assert verdict.passed is True
 
 
+def test_dummy_weights_leave_the_served_check_unjudged_and_such_a_candidate_cannot_win() -> None:
+    # --load-format dummy on an H200 (120b shape): every prompt logprob was ln(1/201088), whatever the backend.
+    uniform = [-12.2115, -12.2115, -12.2115]
+    reference = [a_pass("reference", uniform), a_pass("reference", uniform, 2)]
+    verdict, figures = served_verdict(reference, a_pass("attn-triton-attn", uniform))
+    assert verdict.passed is None and "not judged" in verdict.line and "--load-format dummy" in verdict.line
+    assert figures["limit"] is None
+    gate = {"kernel": {"passed": None, "line": "kernel check: the reference's MoE kernel"}, "served": verdict.to_json()}
+    assert passed(gate) is False  # nothing that applies passed: not chosen
+
+
 def kernel_report(results: list[dict[str, Any]], floors: list[dict[str, Any]], not_run: list[dict[str, str]]) -> Any:
     return SimpleNamespace(results=results, floors=floors, not_run=not_run)
 

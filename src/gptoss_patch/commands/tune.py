@@ -173,7 +173,8 @@ def _tune(launch: LaunchRequest, concurrency: str, budget: str, repeat: int, inp
         # a candidate the first plan left out and the budget then held after all was run: no longer left out
         jobs += outcome.added
         ran = {j.name for j in outcome.added}
-        tune_plan = dataclasses.replace(tune_plan, left_out=tuple(s for s in tune_plan.left_out if s.name not in ran))
+        tune_plan = dataclasses.replace(tune_plan, left_out=tuple(s for s in tune_plan.left_out if s.name not in ran),
+                                        chosen=tune_plan.chosen + tuple(j.candidate for j in outcome.added if j.candidate))
         if outcome.kept:
             render.info(f"resumed: {outcome.kept} measurement(s) kept from the interrupted run")
         winner, why = engine.choose(outcome.results[0], outcome.results[1:])
