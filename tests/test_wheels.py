@@ -262,8 +262,10 @@ def distribution_python() -> tuple[str, Path]:
         if (tuple(facts["version"]) == sys.version_info[:2] and wheel_dir and list(Path(wheel_dir).glob("pip-*.whl"))
                 and not list((Path(facts["stdlib"]) / "ensurepip" / "_bundled").glob("pip-*.whl"))):
             return candidate, Path(wheel_dir)
-    pytest.skip(f"no Python {sys.version_info[0]}.{sys.version_info[1]} here whose ensurepip takes pip's wheel from "
-                "WHEEL_PKG_DIR rather than ensurepip/_bundled (Debian's python3 with python3-pip-whl is one)")
+    # Never a skip: a machine without such a Python cannot give this evidence, and says what it lacks.
+    pytest.fail(f"missing: a Python {sys.version_info[0]}.{sys.version_info[1]} at /usr/bin whose ensurepip takes pip's "
+                "wheel from WHEEL_PKG_DIR rather than ensurepip/_bundled (Debian's or Ubuntu's python3 with "
+                "python3-pip-whl is one: apt install python3-pip-whl)")
 
 
 def tiny_wheel(directory: Path) -> Path:
