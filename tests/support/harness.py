@@ -40,6 +40,7 @@ from typing import IO, Any
 from packaging.requirements import Requirement
 
 from gptoss_patch import engine, target, vocab
+from gptoss_patch.errors import last_line
 from gptoss_patch.hook import plugin
 from gptoss_patch.spec import Selection
 from gptoss_patch.verify.behaviour import START_DATE
@@ -132,7 +133,7 @@ def render_table(
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(MARKER):
             return json.loads(line[len(MARKER) :])
-    raise HarnessError(f"prompts.py failed in {python}: {_last_line(proc.stderr)}")
+    raise HarnessError(f"prompts.py failed in {python}: {last_line(proc.stderr)}")
 
 
 # --- wheels ---------------------------------------------------------------------------------------
@@ -317,7 +318,7 @@ def _step(name: str, label: str, command: list[str], env: Mapping[str, str] | No
     _progress(f"{name}: {label}")
     proc = _run(command, check=False, env=env)
     if proc.returncode != 0:
-        raise HarnessError(f"missing: {label} failed in the CPU harness build: {_last_line(proc.stderr)}")
+        raise HarnessError(f"missing: {label} failed in the CPU harness build: {last_line(proc.stderr)}")
 
 
 def _dependencies(site: Path, names: tuple[str, ...]) -> list[str]:
@@ -350,11 +351,6 @@ def _run(command: list[str], *, check: bool, env: Mapping[str, str] | None = Non
                               env={**os.environ, **env} if env else None)
     except subprocess.TimeoutExpired:
         raise HarnessError(f"no answer within {STEP_TIMEOUT} s from: {' '.join(command[:6])}") from None
-
-
-def _last_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else "no output"
 
 
 def _progress(message: str) -> None:
