@@ -5,7 +5,8 @@ of CPU harness venvs (stock 0.17.1; 0.17.1 and 0.22.1 patched with the default s
 of harmony_instructions: OpenAIServingChat and OpenAIServingRender; stock 0.23.0), and every request of
 RESPONSES_TABLE through OpenAIServingResponses' (harmony_responses_instructions), under both settings of
 VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS, with VLLM_SYSTEM_START_DATE pinned. Opt-in patches are left
-out, as `apply` leaves them out: the claim is about what a plain `apply` gives.
+out, as `apply` leaves them out: the claim is about what a plain `apply` gives. The harmony_final_flush rows (at the
+end) compare generated outputs instead: what the non-streaming generator answers, against stock 0.25.0.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 
 from gptoss_patch.registry import all_specs
-from tests.support import harness
+from tests.support import chat_output, harness
 from tests.support.chat_cases import EQUIVALENCE_TABLE, PIRATE, RESPONSES_TABLE, SETTINGS
 from tests.support.markers import needs
 
@@ -157,3 +158,34 @@ def test_stock_0171_responses_ignore_instructions_without_tools(stock_responses:
     ours, theirs = rendered(stock_responses, "unset", "instructions"), rendered(upstream_responses, "unset", "instructions")
     assert PIRATE not in ours["text"]
     assert f"<|start|>developer<|message|># Instructions\n\n{PIRATE}" in theirs["text"]
+
+
+# harmony_final_flush: generated outputs, not prompts. Each output of chat_output.OUTPUT_TABLE goes through the real
+# non-streaming Chat Completions generator (tests/support/chat_output.py) of the patched venvs above and of stock
+# 0.25.0, the release of vllm#47062: the client gets the same status, content, finish_reason and usage.
+FINAL_FLUSH_FIELDS = ("status", "content", "finish_reason", "completion_tokens")
+
+
+@pytest.fixture(scope="module")
+@needs("harness")
+def harmony_final_flush_upstream() -> dict[str, Any]:
+    return chat_output.parse_table(harness.cpu_venv("0.25.0"))
+
+
+@pytest.fixture(scope="module")
+def harmony_final_flush_patched(patched_python: Path) -> dict[str, Any]:
+    return chat_output.parse_table(patched_python)
+
+
+@pytest.mark.harness
+@pytest.mark.parametrize("tool_parser", chat_output.TOOL_PARSERS)
+@pytest.mark.parametrize("case", [pytest.param(name, id=name) for name in chat_output.OUTPUT_TABLE])
+def test_harmony_final_flush_patched_answer_equals_stock_0250(
+    harmony_final_flush_patched: dict[str, Any], harmony_final_flush_upstream: dict[str, Any], case: str, tool_parser: str
+) -> None:
+    ours = harmony_final_flush_patched["results"][f"{case}/{tool_parser}"]
+    theirs = harmony_final_flush_upstream["results"][f"{case}/{tool_parser}"]
+    assert harmony_final_flush_upstream["vllm"] == "0.25.0"
+    assert {k: ours.get(k) for k in FINAL_FLUSH_FIELDS} == {k: theirs.get(k) for k in FINAL_FLUSH_FIELDS}
+    two = f"{case}/{tool_parser}/n2"  # the same output as both choices of one request
+    assert harmony_final_flush_patched["results"][two] == harmony_final_flush_upstream["results"][two]

@@ -132,8 +132,7 @@ SPAWNERS = {
     "wheels.py": "pip download (an installer, not code that answers)",
     "provision/installers.py": "pip, uv and `python -m venv` (installers, not code that answers)",
     "launcher/runner.py": "vLLM servers and the bench driver: long-running, supervised, stopped with their process group",
-    "launcher/profiles.py": "nvidia-smi",
-    "launcher/parallel.py": "nvidia-smi",
+    "launcher/gpus.py": "nvidia-smi: the one reader of this host's GPUs (issue 35, item 2)",
     "hook/plugin.py": "mode apply's `gptoss-patch apply` (stdlib only: it runs inside vLLM)",
 }
 _STARTS = {"run", "Popen", "call", "check_call", "check_output", "getoutput", "getstatusoutput"}
@@ -173,3 +172,23 @@ def test_the_scripts_run_in_a_target_frame_their_answer_as_target_call_reads_it(
     for script in ("model/build_random.py", "numerics/kernel_check.py"):
         assert f'ANSWER = "{target.ANSWER}"' in (PACKAGE / script).read_text(encoding="utf-8"), script
     assert MARKER == target.ANSWER
+
+
+# Issue 35, item 2: a pre-flight check is a launcher function `check_*(plan)` returning its rows, listed in the one
+# ordered tuple launcher/checks.py runs for every launch command; one written anywhere else is never run by some of them.
+def test_every_check_of_the_launcher_is_in_the_one_ordered_tuple_and_takes_the_plan() -> None:
+    import inspect
+
+    from gptoss_patch.launcher import checks
+
+    defined = set()
+    for path in sorted((PACKAGE / "launcher").glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("check_") and [a.arg for a in node.args.args] == ["plan"]:
+                defined.add(f"{path.stem}.{node.name}")
+    listed = [f"{fn.__module__.rsplit('.', 1)[-1]}.{fn.__name__}" for fn in checks.CHECKS]
+    assert len(listed) == len(set(listed)), "a check listed twice runs twice"
+    assert sorted(defined - set(listed)) == [], "add these to launcher/checks.py's CHECKS, where the reader meets them"
+    assert all(list(inspect.signature(fn).parameters) == ["plan"] for fn in checks.CHECKS)
+    assert all(name.split(".")[1].startswith("check_") for name in listed)

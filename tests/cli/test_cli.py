@@ -47,6 +47,7 @@ def test_apply_narrates_what_it_patched_then_status_is_clean(venv):
     assert result.exit_code == 0, result.stderr
     assert result.stderr.splitlines() == [
         detected_line(inst),
+        "Patched vllm/entrypoints/openai/chat_completion/serving.py (harmony_final_flush)",
         "Patched vllm/entrypoints/openai/chat_completion/serving.py (harmony_instructions)",
         "Patched vllm/entrypoints/openai/parser/harmony_utils.py (harmony_instructions_parser)",
         "Patched vllm/entrypoints/openai/parser/harmony_utils.py (harmony_output_guard)",
@@ -55,7 +56,7 @@ def test_apply_narrates_what_it_patched_then_status_is_clean(venv):
         "Patched vllm/entrypoints/openai/chat_completion/serving.py (harmony_stream_guard)",
         "Patched vllm/entrypoints/openai/chat_completion/serving.py (harmony_tool_choice_needs_parser)",
         "Patched vllm/model_executor/layers/quantization/utils/marlin_utils.py (marlin_atomic_add_sm121)",
-        "Done: 8 patched, 1 not-needed, 2 out-of-range, 1 opt-in",
+        "Done: 9 patched, 1 not-needed, 2 out-of-range, 1 opt-in",
     ]
     assert run("status", "--venv", path).exit_code == 0
 
@@ -227,6 +228,7 @@ def test_apply_check_prints_a_summary_and_keeps_the_diff_for_verbose(venv):
     result = run("apply", "--venv", path, "--check")
     assert result.exit_code == 1 and result.stdout == ""  # no 500-line diff: what would change, by patch and file
     assert result.stderr.splitlines()[1:] == [
+        "Would patch vllm/entrypoints/openai/chat_completion/serving.py (harmony_final_flush)",
         "Would patch vllm/entrypoints/openai/chat_completion/serving.py (harmony_instructions)",
         "Would patch vllm/entrypoints/openai/parser/harmony_utils.py (harmony_instructions_parser)",
         "Would patch vllm/entrypoints/openai/parser/harmony_utils.py (harmony_output_guard)",
@@ -235,7 +237,7 @@ def test_apply_check_prints_a_summary_and_keeps_the_diff_for_verbose(venv):
         "Would patch vllm/entrypoints/openai/chat_completion/serving.py (harmony_stream_guard)",
         "Would patch vllm/entrypoints/openai/chat_completion/serving.py (harmony_tool_choice_needs_parser)",
         "Would patch vllm/model_executor/layers/quantization/utils/marlin_utils.py (marlin_atomic_add_sm121)",
-        "Would apply: 8 to patch, 1 not-needed, 2 out-of-range, 1 opt-in",
+        "Would apply: 9 to patch, 1 not-needed, 2 out-of-range, 1 opt-in",
     ]
     verbose = run("apply", "--venv", path, "--check", "-v")
     assert verbose.exit_code == 1 and verbose.stdout.startswith("--- a/vllm/")
@@ -260,10 +262,10 @@ def test_apply_and_revert_count_the_same_patches_the_same_way(venv):
     def summary(*args: str) -> str:
         return run(*args, "--venv", path).stderr.splitlines()[-1]
 
-    assert summary("apply") == "Done: 8 patched, 1 not-needed, 2 out-of-range, 1 opt-in"
-    assert summary("apply") == "Done: 8 applied, 1 not-needed, 2 out-of-range, 1 opt-in"
-    assert summary("revert") == "Done: 8 reverted, 1 not-needed, 2 out-of-range, 1 opt-in"
-    assert summary("revert") == "Nothing to revert: 8 pending, 1 not-needed, 2 out-of-range, 1 opt-in"
+    assert summary("apply") == "Done: 9 patched, 1 not-needed, 2 out-of-range, 1 opt-in"
+    assert summary("apply") == "Done: 9 applied, 1 not-needed, 2 out-of-range, 1 opt-in"
+    assert summary("revert") == "Done: 9 reverted, 1 not-needed, 2 out-of-range, 1 opt-in"
+    assert summary("revert") == "Nothing to revert: 9 pending, 1 not-needed, 2 out-of-range, 1 opt-in"
 
 
 def every_command():

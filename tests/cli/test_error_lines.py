@@ -213,7 +213,7 @@ def test_apply_check_with_nothing_to_do_says_so(fake: str) -> None:
     assert CliRunner().invoke(app, ["apply", "--venv", fake]).exit_code == 0
     result = CliRunner().invoke(app, ["apply", "--venv", fake, "--check"])
     assert result.exit_code == 0
-    assert "Would apply" not in result.stderr and "Nothing to apply: 8 applied, 1 not-needed, 2 out-of-range, 1 opt-in" in result.stderr
+    assert "Would apply" not in result.stderr and "Nothing to apply: 9 applied, 1 not-needed, 2 out-of-range, 1 opt-in" in result.stderr
 
 
 # -- issue 36, item 14: an error says its cause, not an exception class (the class is for -v) ---------------

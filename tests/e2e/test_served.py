@@ -98,7 +98,12 @@ def test_smoke_against_the_real_server_checks_rendering_and_is_honest_about_rand
     checks = {c["name"]: c for c in report["checks"]}
     assert checks["rendering"]["status"] == "pass", checks["rendering"]
     assert "instructions" in checks["rendering"]["message"]
-    assert checks["content"]["status"] == "warn" and "random or untrained weights" in checks["content"]["message"]
+    # Random weights never frame a harmony message, so the output ends inside a header: harmony_final_flush returns
+    # its raw text as content, as vLLM 0.25.0+ does (G44), and the content check finds text. The answer still runs
+    # to max_tokens: that is the check random weights fail, and smoke reports it as not judged.
+    assert checks["content"]["status"] == "pass", checks["content"]
+    assert checks["finish_reason"]["status"] == "warn", checks["finish_reason"]
+    assert "random or untrained weights" in checks["finish_reason"]["message"]
     assert report["ok"] is True and done.returncode == 0
 
 

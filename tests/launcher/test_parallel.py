@@ -15,7 +15,8 @@ from packaging.version import Version
 
 from gptoss_patch.cli import app
 from gptoss_patch.errors import TargetError, UsageError
-from gptoss_patch.launcher import parallel, plan as planning, preflight, profiles, static
+from gptoss_patch.launcher import memory, parallel, plan as planning, preflight, profiles, static
+from gptoss_patch.launcher.gpus import Gpu
 from gptoss_patch.launcher.results import LaunchPlan, Status
 from gptoss_patch.model.recipe import GPT_OSS_20B, GPT_OSS_120B
 from tests.launcher.recorded import facts
@@ -70,7 +71,7 @@ def plan_for(opts: planning.LaunchOptions, environ: dict[str, str], flags: stati
     return LaunchPlan(
         installation=None, executable=Path("/venv/bin/vllm"), model=opts.model or "", profile=opts.gpu.profile,
         profile_source="--gpu", settings=tuple(settings), notes=tuple(notes), extra_args=opts.extra_args, base_env=environ,
-        options=opts, capabilities=flags, parallel=context,
+        options=opts, capabilities=flags, parallel=context, patch_report=None, vocabulary=None,
     )  # fmt: skip
 
 
@@ -98,22 +99,7 @@ def test_multi_node_layouts_count_this_hosts_share():
     assert ray.multi_node and ray.local_gpus == 1
 
 
-# -- the GPUs -------------------------------------------------------------------------------------
-
-
-def test_nvidia_smi_and_cuda_visible_devices(gpus):
-    hardware = parallel.inventory(gpus(H100, H100, H100, CUDA_VISIBLE_DEVICES="2,GPU-0000"))
-    assert hardware is not None and [g.index for g in hardware.visible] == [2, 0]
-    assert hardware.gpus[0].memory_mib == 81559 and hardware.gpus[0].capability == "9.0"
-
-
-def test_cuda_hides_everything_after_an_entry_it_cannot_resolve(gpus):
-    hardware = parallel.inventory(gpus(H100, H100, CUDA_VISIBLE_DEVICES="1,7,0"))
-    assert hardware is not None and [g.index for g in hardware.visible] == [1] and hardware.invalid == "7"
-
-
-def test_no_nvidia_smi_means_nothing_to_check():
-    assert parallel.inventory({"PATH": "/nonexistent"}) is None
+# -- the GPUs (read by launcher/gpus.py: tests/launcher/test_gpus.py) ------------------------------
 
 
 def test_unreadable_nvidia_smi_output_is_a_warning_not_a_crash(tmp_path):
@@ -132,7 +118,7 @@ def test_model_ids_get_the_published_shapes():
     assert big is not None and small is not None
     assert (big.layers, big.experts, big.q_heads, big.kv_heads, big.head_dim) == (36, 128, 64, 8, 64)
     assert (small.layers, small.experts) == (24, 32)
-    assert round(big.weights_bytes / parallel.GIB) == 61 and round(small.weights_bytes / parallel.GIB) == 13
+    assert round(big.weights_bytes / memory.GIB) == 61 and round(small.weights_bytes / memory.GIB) == 13
     assert parallel.model_shape("meta-llama/Llama-3-8B") is None
 
 
@@ -367,9 +353,9 @@ def test_the_profile_on_one_h100_leaves_the_120b_no_sampler_warning(gpus):
 
 
 def test_the_sampler_headroom_counts_the_vocabulary_of_the_checkpoint():
-    gpu = parallel.Gpu(0, "GPU-0", "NVIDIA H200", "9.0", 143771)
+    gpu = Gpu(0, "GPU-0", "NVIDIA H200", "9.0", 143771)
     shape = parallel.model_shape("openai/gpt-oss-120b")
-    room = parallel.sampler_headroom(shape, parallel.Layout(), gpu, ["--gpu-memory-utilization", "0.92"])
+    room = memory.sampler_headroom(shape, parallel.Layout(), gpu, ["--gpu-memory-utilization", "0.92"])
     assert room.max_num_seqs == 1024  # vLLM's default on a GPU of 70 GiB and more
     assert room.need() == 1024 * 201088 * 4 * 12 and room.need(2) == 1024 * 201088 * 4 * 2
     assert room.short and not room.clearly_over
@@ -385,11 +371,11 @@ def test_no_sampler_check_without_the_gpus_memory(gpus):
 def test_kv_cache_per_sequence_counts_the_window_with_a_prefill_chunk_and_splits_over_tp():
     shape = parallel.model_shape("openai/gpt-oss-120b")
     assert shape is not None
-    one = parallel.kv_bytes_per_sequence(shape, parallel.Layout(), 131072, 2, batched_tokens=8192)
+    one = memory.kv_bytes_per_sequence(shape, parallel.Layout(), 131072, 2, batched_tokens=8192)
     # 18 full layers hold every token; 18 sliding ones the window - 1 plus a prefill chunk, in 16-token blocks, + 1 block
     assert one == 2 * 8 * 64 * 2 * (18 * 131072 + 18 * (521 * 16))
-    assert parallel.kv_bytes_per_sequence(shape, parallel.Layout(tp=2), 131072, 2, batched_tokens=8192) == one // 2
-    assert parallel.kv_bytes_per_sequence(shape, parallel.Layout(tp=16), 131072, 2, batched_tokens=8192) == one // 8
+    assert memory.kv_bytes_per_sequence(shape, parallel.Layout(tp=2), 131072, 2, batched_tokens=8192) == one // 2
+    assert memory.kv_bytes_per_sequence(shape, parallel.Layout(tp=16), 131072, 2, batched_tokens=8192) == one // 8
 
 
 def test_the_requests_that_fit_match_vllms_maximum_concurrency_on_two_h200s(gpus):
@@ -407,9 +393,9 @@ def test_data_parallel_splits_the_experts_over_the_ranks(gpus, ep):
     # dispatch/combine", 35.7 GiB loaded per rank (65.6 GiB at TP=1): not two whole copies.
     shape = parallel.model_shape("openai/gpt-oss-120b")
     assert shape is not None
-    one = parallel.weights_per_gpu(shape, parallel.Layout())
-    two = parallel.weights_per_gpu(shape, parallel.layout_of(["-dp", "2", *ep]))
-    assert round(one / parallel.GIB, 1) == 60.8 and round(two / parallel.GIB, 1) == 32.4
+    one = memory.weights_per_gpu(shape, parallel.Layout())
+    two = memory.weights_per_gpu(shape, parallel.layout_of(["-dp", "2", *ep]))
+    assert round(one / memory.GIB, 1) == 60.8 and round(two / memory.GIB, 1) == 32.4
     assert 35.7 / 65.6 - 0.05 < two / one < 35.7 / 65.6 + 0.05
     [row] = [c for c in rows(plan_for(options("openai/gpt-oss-120b", "-dp", "2", *ep), gpus(H200, H200)), "G37") if "fit" in c.message]
     assert "weights 32.4 GiB (the experts split over 2 ranks: TP x DP)" in row.message
@@ -417,7 +403,7 @@ def test_data_parallel_splits_the_experts_over_the_ranks(gpus, ep):
 
 @pytest.mark.parametrize(("text", "tokens"), [("8192", 8192), ("32k", 32000), ("32K", 32768), ("1M", 1024**2), ("-1", None), (None, None)])
 def test_human_readable_token_counts(text, tokens):
-    assert parallel.parse_tokens(text) == tokens
+    assert memory.parse_tokens(text) == tokens
 
 
 # -- the profile per data-parallel rank -----------------------------------------------------------

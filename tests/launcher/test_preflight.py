@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gptoss_patch.errors import TargetError, UsageError
-from gptoss_patch.launcher import preflight, profiles
+from gptoss_patch.launcher import checks, preflight, profiles
 from gptoss_patch.launcher.results import Status
 from tests.launcher.conftest import pending_summary, resolve, rows
 
@@ -20,7 +20,7 @@ ids = [f"vllm-{v}" for v in VERSIONS]
 
 
 def checks_for(inst, environ=None, **options):
-    return preflight.run_checks(resolve(inst, environ, **options))
+    return checks.run(resolve(inst, environ, **options))
 
 
 def only(checks, name):
@@ -222,7 +222,7 @@ def test_instructions_default_to_upstreams_developer_placement(recorded, version
 def test_instructions_system_sets_the_variable_and_says_what_it_drops(recorded, version):
     plan = resolve(recorded[version], instructions="system")
     assert plan.env_additions.get("VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS") == "1"
-    row = only(preflight.run_checks(plan), "instructions")
+    row = only(checks.run(plan), "instructions")
     assert (row.status, row.issue) == (Status.WARN, "G02")
     assert row.message.startswith("system (VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS=1, --instructions system)")
     assert "a developer message after a system message) is rendered empty" in row.message
@@ -237,7 +237,7 @@ def test_instructions_system_sets_the_variable_and_says_what_it_drops(recorded, 
 def test_the_variable_in_the_users_environment_wins_and_doctor_says_so(recorded, value, options, placement, status):
     environ = {"VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS": value}
     plan = resolve(recorded["0.17.1"], environ, **options)
-    row = only(preflight.run_checks(plan), "instructions")
+    row = only(checks.run(plan), "instructions")
     assert "VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS" not in plan.env_additions
     assert plan.env["VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS"] == value
     assert row.status is status
@@ -258,7 +258,7 @@ def test_harmony_instructions_variable_not_set_while_pending(recorded):
     plan = resolve(recorded.stock("0.17.1"), allow_unpatched=True, instructions="system")
     assert "VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS" not in plan.env_additions
     assert any("harmony_instructions is pending" in note for note in plan.notes)
-    row = only(preflight.run_checks(plan), "instructions")
+    row = only(checks.run(plan), "instructions")
     assert (row.status, row.issue) == (Status.WARN, "G02") and row.message.startswith("raw (harmony_instructions is pending)")
 
 
@@ -295,7 +295,7 @@ def test_allow_unpatched_tells_an_installed_hook_to_warn_for_this_start_only(tmp
     assert plan.env_additions["GPTOSS_PATCH_HOOK_MODE"] == "warn"
     why = next(s.why for s in plan.settings if s.name == "GPTOSS_PATCH_HOOK_MODE")
     assert why.startswith(f"--allow-unpatched: the hook installed in this environment (mode {mode})")
-    row = only(preflight.run_checks(plan), "patches")
+    row = only(checks.run(plan), "patches")
     assert row.message.endswith("because of --allow-unpatched; the installed hook is told GPTOSS_PATCH_HOOK_MODE=warn for this start only")
     # the user's own choice of mode wins, like every variable of theirs
     theirs = resolve(inst, {"GPTOSS_PATCH_HOOK_MODE": "fail"}, allow_unpatched=True)
@@ -406,7 +406,7 @@ def test_hopper_marlin_only_for_mxfp4_checkpoints(recorded, tmp_path, quantizati
     assert bool(left_out) is not kept
     if not kept:
         assert "is not MXFP4" in left_out[0] and "no Marlin kernel" in left_out[0]
-    check = only(preflight.run_checks(plan), "moe-backend")
+    check = only(checks.run(plan), "moe-backend")
     assert check.message.startswith("--moe-backend marlin" if kept else "automatic selection")
 
 
@@ -422,4 +422,50 @@ def test_hopper_leaves_the_moe_kernel_to_vllm_by_default(recorded):
     plan = resolve(recorded["0.33.0"], model="openai/gpt-oss-120b", gpu="sm90")
     assert "--moe-backend" not in plan.argv and plan.expected_moe is None
     assert profiles.SM90_MOE_NOTE in plan.notes
-    assert only(preflight.run_checks(plan), "moe-backend").message.startswith("automatic selection")
+    assert only(checks.run(plan), "moe-backend").message.startswith("automatic selection")
+
+
+# -- a model directory without weights (`model random --no-weights`) ------------------------------------
+
+
+def _weightless_dir(tmp_path, *files: str) -> str:
+    directory = tmp_path / "m120b"
+    directory.mkdir()
+    (directory / "config.json").write_text('{"model_type": "gpt_oss"}')
+    for name in ("tokenizer.json", *files):
+        (directory / name).write_text("")
+    return str(directory)
+
+
+@pytest.mark.parametrize("extra", [(), ("--load-format", "auto"), ("--load_format=safetensors",)], ids=["unset", "auto", "safetensors"])
+def test_a_directory_without_weights_warns_that_it_needs_load_format_dummy(recorded, tmp_path, extra):
+    model = _weightless_dir(tmp_path)
+    plan = resolve(recorded["0.17.1"], model=model, extra_args=extra)
+    preflight.require_launchable(plan)  # a warning: vLLM's own failure, with its last lines, is what stops the start
+    check = only(checks.run(plan), "model")
+    assert check.status is Status.WARN
+    assert check.message == (f"{model} has a config.json but no weights (*.safetensors, *.bin, *.pt): vLLM will fail to "
+                             'load it ("Cannot find any model weights")')
+    assert check.fix.startswith("pass --load-format dummy after --")
+
+
+@pytest.mark.parametrize("extra", [("--load-format", "dummy"), ("--load-format=DUMMY",), ("--load-format", "auto", "--load-format", "dummy")])
+def test_a_directory_without_weights_passes_with_load_format_dummy(recorded, tmp_path, extra):
+    model = _weightless_dir(tmp_path)
+    plan = resolve(recorded["0.17.1"], model=model, extra_args=extra)
+    preflight.require_launchable(plan)
+    check = only(checks.run(plan), "model")
+    assert (check.status, check.message) == (Status.PASS, f"{model} (no weights: --load-format dummy makes random ones)")
+
+
+@pytest.mark.parametrize("weights", ["model.safetensors", "pytorch_model.bin", "model.pt"])
+def test_a_directory_with_weights_is_quiet_about_the_load_format(recorded, tmp_path, weights):
+    model = _weightless_dir(tmp_path, weights)
+    check = only(checks_for(recorded["0.17.1"], model=model), "model")
+    assert (check.status, check.message) == (Status.PASS, model)
+
+
+def test_a_load_format_that_reads_elsewhere_is_left_to_vllm(recorded, tmp_path):
+    model = _weightless_dir(tmp_path)
+    check = only(checks_for(recorded["0.17.1"], model=model, extra_args=("--load-format", "tensorizer")), "model")
+    assert check.status is Status.PASS and "--load-format tensorizer reads its own" in check.message

@@ -4,6 +4,7 @@ tests/launcher/recorded.py; the capture sizes against each wheel's own code)."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import subprocess
 import types
 
@@ -31,12 +32,13 @@ def test_default_capture_sizes_are_the_83_of_g20():
     assert 5 not in sizes and 10 not in sizes
 
 
-def vllm_gpt_oss_capture_sizes(version: str) -> tuple[int, list[int]]:
+def vllm_gpt_oss_capture_sizes(version: str, maximum_given: int | None = None) -> tuple[int, list[int]]:
     """vLLM's own default capture sizes for gpt-oss in `version`, computed by that release's own code.
 
     The maximum is the constant GptOssForCausalLMConfig assigns (models/config.py); the list is what the
     default branch of VllmConfig._set_cudagraph_sizes (config/vllm.py) builds for it, run as written, with
     VllmConfig's own default performance_mode and a max_num_batched_tokens above the maximum (8192, a GPU's).
+    `maximum_given`: the list for that --max-cudagraph-capture-size instead (the gpt-oss hook then stays out).
     """
     models = ast.parse(read_from_wheel(version, "vllm/model_executor/models/config.py"))
     (gpt_oss,) = [n for n in ast.walk(models) if isinstance(n, ast.ClassDef) and n.name == "GptOssForCausalLMConfig"]
@@ -51,7 +53,7 @@ def vllm_gpt_oss_capture_sizes(version: str) -> tuple[int, list[int]]:
                  and ast.unparse(n.test) == "self.compilation_config.cudagraph_capture_sizes is not None" and n.orelse
                  and "cudagraph_capture_sizes" in {t.id for s in n.orelse for t in ast.walk(s) if isinstance(t, ast.Name)}]
     scope = {"self": types.SimpleNamespace(performance_mode=defaults.get("performance_mode")),
-             "max_cudagraph_capture_size": maximum, "max_num_tokens": 8192, "uniform_decode_sizes": []}
+             "max_cudagraph_capture_size": maximum_given or maximum, "max_num_tokens": 8192, "uniform_decode_sizes": []}
     exec(compile(ast.Module(body=branch.orelse, type_ignores=[]), f"vllm-{version}/config/vllm.py", "exec"), scope)  # noqa: S102
     return maximum, scope["cudagraph_capture_sizes"]
 
@@ -63,6 +65,14 @@ def test_default_capture_sizes_are_vllms_own_for_gpt_oss(version):
     maximum, sizes = vllm_gpt_oss_capture_sizes(version)
     assert maximum == profiles.MAX_CAPTURE_SIZE
     assert profiles.default_capture_sizes() == sizes, f"vLLM {version}: {len(sizes)} sizes {sizes}"
+
+
+@pytest.mark.upstream
+@pytest.mark.parametrize("version", ["0.15.1", "0.20.2", "0.33.0"])
+def test_the_list_up_to_2048_is_vllms_own(version):
+    """What the sm90 profile's --max-cudagraph-capture-size 2048 makes the release capture, by its own code."""
+    _, sizes = vllm_gpt_oss_capture_sizes(version, profiles.PROMPT_CAPTURE_SIZE)
+    assert profiles.default_capture_sizes(profiles.PROMPT_CAPTURE_SIZE) == sizes, f"vLLM {version}: {sizes}"
 
 
 def test_concurrency_adds_only_the_missing_sizes():
@@ -87,28 +97,12 @@ def test_unknown_profile_names_the_choices():
         profiles.choose_gpu("sm999")
 
 
-@pytest.mark.parametrize(("output", "profile"), [("12.1\n", "sm121"), ("9.0\n9.0\n", "sm90"), ("10.0\n", "sm100"), ("12.0\n", "sm120")])
-def test_detection_reads_nvidia_smi(tmp_path, monkeypatch, output, profile):
-    install_fake_nvidia_smi(tmp_path / "bin", output)
+def test_detection_reads_nvidia_smi_through_the_one_gpu_reader(tmp_path, monkeypatch):
+    # choose_gpu(None) asks launcher/gpus.py (tests/launcher/test_gpus.py has the cases), with this process's PATH.
+    install_fake_nvidia_smi(tmp_path / "bin", "0, GPU-0000aaaa-bbbb, NVIDIA GB10, 12.1, [N/A]\n")
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
     choice = profiles.choose_gpu(None)
-    assert (choice.profile, choice.detected) == (profile, True)
-    assert choice.source == f"nvidia-smi: compute capability {output.split()[0]}"
-
-
-@pytest.mark.parametrize(
-    ("output", "code", "message"),
-    [
-        ("8.9\n", 0, "compute capability 8.9 has no gpt-oss profile"),
-        ("9.0\n12.1\n", 0, "nvidia-smi reports 12.1, 9.0; pass --gpu"),
-        ("", 9, "nvidia-smi failed: no output"),
-    ],
-)
-def test_detection_refuses_what_it_cannot_map(tmp_path, monkeypatch, output, code, message):
-    install_fake_nvidia_smi(tmp_path / "bin", output, code)
-    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
-    with pytest.raises(UsageError, match=message):
-        profiles.choose_gpu(None)
+    assert (choice.profile, choice.detected, choice.source) == ("sm121", True, "nvidia-smi: compute capability 12.1")
 
 
 def test_no_nvidia_smi_means_the_cpu_profile_announced_as_a_fallback():
@@ -169,7 +163,7 @@ def test_cpu_leaves_vllm_to_choose():
 
 def test_hopper_leaves_the_moe_kernel_to_vllm_and_says_what_fast_moe_would_trade():
     result = profiles.profile_settings("sm90", caps_of("0.33.0"))
-    assert result.settings == () and result.moe_pin is None
+    assert [s.argv for s in result.settings] == [("--max-cudagraph-capture-size", "2048")] and result.moe_pin is None
     (note,) = result.notes
     assert note.startswith("MXFP4 MoE kernel left to vLLM (Triton on Hopper)")
     # the figures docs/performance.md measured (its tables, not a copy of the code's constants)
@@ -182,7 +176,8 @@ def test_hopper_leaves_the_moe_kernel_to_vllm_and_says_what_fast_moe_would_trade
 @pytest.mark.parametrize("version", ["0.22.1", "0.33.0"])
 def test_fast_moe_takes_marlin_on_hopper_where_the_mxfp4_selector_honours_the_flag(version):
     result = profiles.profile_settings("sm90", caps_of(version), fast_moe=True)
-    assert [list(s.argv) for s in result.settings] == [["--moe-backend", "marlin"]] and result.notes == ()
+    assert [list(s.argv) for s in result.settings] == [["--moe-backend", "marlin"], ["--max-cudagraph-capture-size", "2048"]]
+    assert result.notes == ()
     why = result.settings[0].why
     assert why.startswith("--fast-moe: Marlin's MXFP4 MoE kernel") and profiles.MARLIN_SPEED in why
     assert profiles.MARLIN_ERROR in why and "docs/performance.md" in why
@@ -191,7 +186,7 @@ def test_fast_moe_takes_marlin_on_hopper_where_the_mxfp4_selector_honours_the_fl
 
 def test_fast_moe_on_hopper_leaves_the_choice_to_vllm_where_the_flag_is_ignored():
     result = profiles.profile_settings("sm90", caps_of("0.17.1"), fast_moe=True)  # --moe-backend ignored for MXFP4
-    assert result.settings == ()
+    assert [s.name for s in result.settings] == ["--max-cudagraph-capture-size"]
     assert result.notes == ("--fast-moe: MXFP4 MoE backend left to vLLM: 0.17.1's MXFP4 selector does not take --moe-backend marlin",)
 
 
@@ -207,3 +202,124 @@ def test_fast_moe_changes_nothing_on_sm12x_and_says_so(profile):
 def test_fast_moe_changes_nothing_off_hopper_and_sm12x():
     result = profiles.profile_settings("cpu", caps_of("0.33.0"), fast_moe=True)
     assert result.settings == () and result.notes == ("--fast-moe changes nothing on cpu: it pins Marlin on sm90 (Hopper) only",)
+
+
+# -- the prompt batches' capture sizes (the recipe's 2048) ------------------------------------------------------
+
+
+def without_flag(caps: static.Capabilities, flag: str) -> static.Capabilities:
+    return dataclasses.replace(caps, flags=static.FlagRegistry(caps.flags.flags - {flag}))
+
+
+@pytest.mark.parametrize("version", ["0.15.1", "0.20.2", "0.33.0"])
+def test_hopper_captures_prompt_batches_up_to_the_recipes_2048(version):
+    """The flag every recorded release registers; the why says what it buys, what it costs and the way back."""
+    (setting,) = profiles.profile_settings("sm90", caps_of(version)).settings
+    assert setting.argv == ("--max-cudagraph-capture-size", "2048")
+    assert "recipe" in setting.why and "start-up time" in setting.why and "graph memory" in setting.why
+    assert "vLLM's choice back: --max-cudagraph-capture-size 1024 after --" in setting.why and "G20" in setting.why
+
+
+def test_a_release_without_the_maximum_flag_gets_a_note_never_a_guess():
+    result = profiles.profile_settings("sm90", without_flag(caps_of("0.20.2"), "--max-cudagraph-capture-size"))
+    assert result.settings == ()
+    assert "CUDA-graph capture sizes left to vLLM: vLLM 0.20.2 has no --max-cudagraph-capture-size" in result.notes
+
+
+@pytest.mark.parametrize("profile", ["sm100", "sm120", "sm121", "cpu"])
+def test_only_hopper_raises_the_capture_maximum(profile):
+    """Measured on Hopper only (docs/performance.md): elsewhere vLLM's 1024 for gpt-oss stays."""
+    settings = profiles.profile_settings(profile, caps_of("0.33.0")).settings
+    assert not any(s.name == "--max-cudagraph-capture-size" for s in settings)
+    assert profiles.capture_ceiling(settings) == profiles.MAX_CAPTURE_SIZE
+
+
+def test_vllms_list_up_to_2048_and_cut_at_the_batched_tokens():
+    """VllmConfig._set_cudagraph_sizes' default list (config/vllm.py, 0.20.2): step 16 from 256, ending on
+    max_num_batched_tokens when that is below the maximum."""
+    sizes = profiles.default_capture_sizes(2048)
+    assert len(sizes) == 147 and sizes[-2:] == [2032, 2048]
+    assert profiles.default_capture_sizes(2048, batched_tokens=8192) == sizes
+    cut = profiles.default_capture_sizes(2048, batched_tokens=1500)
+    assert cut[-3:] == [1472, 1488, 1500] and max(cut) == 1500
+
+
+def test_concurrency_list_runs_to_the_profiles_maximum():
+    caps = caps_of("0.20.2")
+    setting = profiles.capture_sizes_setting((1, 5), caps, 2048)
+    assert [int(v) for v in setting.values] == sorted({*profiles.default_capture_sizes(2048), 5})
+    assert "up to 2048 so that prompt passes replay graphs too" in setting.why
+    assert "--max-cudagraph-capture-size 1024 after --" in setting.why
+
+
+def hopper_settings(version: str = "0.20.2") -> list:
+    return list(profiles.profile_settings("sm90", caps_of(version)).settings)
+
+
+def test_concurrency_replaces_the_maximum_with_a_list_to_2048():
+    """vLLM refuses a maximum that differs from the list's last size: the list alone goes, and it carries 2048."""
+    from gptoss_patch.launcher import plan as planning
+
+    ours = hopper_settings()
+    (listed,) = planning._capture_sizes((1, 5), caps_of("0.20.2"), (), 1, profiles.capture_ceiling(ours))
+    assert listed.values[-1] == "2048" and "5" in listed.values
+    assert planning._fit_prompt_capture(ours, True, ()) == ([], [])
+
+
+def test_concurrency_list_stops_at_the_batched_tokens_given_after_dashes():
+    from gptoss_patch.launcher import plan as planning
+
+    (listed,) = planning._capture_sizes((1, 16), caps_of("0.20.2"), ("--max-num-batched-tokens", "1024"), 1, 2048)
+    assert listed.values[-1] == "1024"
+
+
+def test_the_way_back_caps_the_concurrency_list_at_vllms_1024():
+    from gptoss_patch.launcher import plan as planning
+
+    (listed,) = planning._capture_sizes((1, 5), caps_of("0.20.2"), ("--max-cudagraph-capture-size", "1024"), 1, 2048)
+    assert listed.values[-1] == "1024"
+
+
+@pytest.mark.parametrize("given", [
+    ("--cudagraph-capture-sizes", "1", "2", "4"),
+    ("--compilation-config", '{"cudagraph_capture_sizes": [1, 2, 4]}'),
+    ("--compilation-config", '{"max_cudagraph_capture_size": 512}'),
+    ("-cc.max_cudagraph_capture_size=512",),
+])  # fmt: skip
+def test_capture_sizes_given_after_dashes_win_over_the_profiles_maximum(given):
+    from gptoss_patch.launcher import plan as planning
+
+    kept, notes = planning._fit_prompt_capture(hopper_settings(), False, given)
+    assert kept == [] and notes == ["--max-cudagraph-capture-size 2048 left out: CUDA-graph capture sizes given after --"]
+
+
+def test_unrelated_arguments_keep_the_profiles_maximum():
+    from gptoss_patch.launcher import plan as planning
+
+    ours = hopper_settings()
+    assert planning._fit_prompt_capture(ours, False, ("--max-num-seqs", "8")) == (ours, [])
+
+
+def test_batched_tokens_within_vllms_1024_leave_the_maximum_out():
+    """The 120b at TP=1 on an 80 GB H100 plans --max-num-batched-tokens 1024 (G37): no batch reaches 2048."""
+    from gptoss_patch.launcher import plan as planning
+
+    kept, notes = planning._fit_prompt_capture(hopper_settings(), False, (), 1024)
+    assert kept == [] and notes == ["--max-cudagraph-capture-size 2048 left out: --max-num-batched-tokens 1024 keeps "
+                                    "every batch within vLLM's 1024 for gpt-oss"]
+    assert planning._fit_prompt_capture(hopper_settings(), False, (), 8192)[0] == hopper_settings()
+
+
+def test_the_120b_at_tp1_on_an_h100_keeps_vllms_maximum(tmp_path):
+    """The plan's --max-num-batched-tokens 1024 there (G37) is what resolve() hands _fit_prompt_capture."""
+    from gptoss_patch.launcher import plan as planning
+
+    install_fake_nvidia_smi(tmp_path / "bin", "0, GPU-0000aaaa-bbbb, NVIDIA H100 80GB HBM3, 9.0, 81559\n")
+    environ = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"}
+    opts = planning.launch_options("openai/gpt-oss-120b", gpu="sm90")
+    caps = caps_of("0.20.2")
+    planned, _ = planning._parallel_settings(planning.parallel_context(opts, environ), opts, caps)
+    batched = planning._batched_tokens([a for s in planned if s.kind == "flag" for a in s.argv])
+    assert batched == 1024
+    kept, notes = planning._fit_prompt_capture(hopper_settings(), False, (), batched)
+    assert kept == [] and notes[0].startswith("--max-cudagraph-capture-size 2048 left out: --max-num-batched-tokens 1024")

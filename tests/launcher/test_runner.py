@@ -207,7 +207,7 @@ def test_ctrl_c_forwarded_to_a_cleanly_exiting_vllm_makes_serve_exit_130(tmp_pat
     (tmp_path / "graceful_server.py").write_text(GRACEFUL_SERVER)
     plan = LaunchPlan(installation=None, executable=Path(sys.executable), model="m", profile="cpu", profile_source="test",
                       settings=(), notes=(), extra_args=(), base_env={**os.environ, "PYTHONPATH": str(tmp_path)},
-                      server_module="graceful_server")
+                      server_module="graceful_server", patch_report=None, capabilities=None, options=None, vocabulary=None, parallel=None)
 
     def echo(line: str) -> None:
         if line == "up\n":  # the forwarding handler is installed by then (or a moment later: the timer waits)

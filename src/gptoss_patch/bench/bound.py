@@ -11,13 +11,12 @@ Engine only: data back, commands/bench.py prints.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from gptoss_patch import target
-from gptoss_patch.errors import InterpreterFailed, UsageError, cause, detail_of
+from gptoss_patch.errors import InterpreterFailed, UsageError
 from gptoss_patch.model import Recipe, TensorSpec, tensor_plan
 
 KV_BYTES = 2  # bf16 KV cache, vLLM's default for gpt-oss ("auto" follows the model's dtype)
@@ -98,39 +97,17 @@ class Bound:
 
 
 def recipe_from_model(model: str) -> Recipe:
-    """The shape of a local gpt-oss checkpoint, from its config.json (released keys, as `model random` writes)."""
-    config_file = Path(model) / "config.json"
-    if not config_file.is_file():
+    """The shape of a local gpt-oss checkpoint, from its config.json (model/shape.py, the one reader)."""
+    from gptoss_patch.model import shape as model_shapes
+
+    if not (Path(model) / "config.json").is_file():
         raise UsageError(f"--bound needs a local model directory with a config.json: {model} has none")
     try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UsageError(f"--bound: cannot read {config_file}: {cause(exc)}", detail=detail_of(exc)) from None
-    if config.get("model_type") != "gpt_oss":
-        raise UsageError(f"--bound knows gpt-oss only: {config_file} says model_type {config.get('model_type')!r}")
-    try:
-        layers = int(config["num_hidden_layers"])
-        return Recipe(
-            name=str(config.get("_name_or_path") or Path(model).name),
-            num_hidden_layers=layers,
-            layer_types=tuple(config.get("layer_types") or _alternating(layers)),
-            sliding_window=int(config["sliding_window"]),
-            hidden_size=int(config["hidden_size"]),
-            intermediate_size=int(config["intermediate_size"]),
-            num_attention_heads=int(config["num_attention_heads"]),
-            num_key_value_heads=int(config["num_key_value_heads"]),
-            head_dim=int(config["head_dim"]),
-            num_local_experts=int(config["num_local_experts"]),
-            experts_per_token=int(config.get("num_experts_per_tok") or config["experts_per_token"]),
-            vocab_size=int(config["vocab_size"]),
-            experts="mxfp4" if (config.get("quantization_config") or {}).get("quant_method") == "mxfp4" else "bf16",
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise UsageError(f"--bound: {config_file} lacks what a gpt-oss config holds ({exc})") from None
-
-
-def _alternating(layers: int) -> tuple[str, ...]:
-    return tuple("sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers))
+        found = model_shapes.read(model)
+    except UsageError as exc:
+        raise UsageError(f"--bound: {exc}", hint=exc.hint, detail=exc.detail) from None
+    assert found is not None  # a directory with a config.json always has a shape or an error
+    return found.recipe
 
 
 def decode_bytes(recipe: Recipe, context: int) -> DecodeBytes:

@@ -3,6 +3,7 @@ its own port and with its share of GPU memory; and what `--bound` compares again
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Sequence
@@ -52,9 +53,14 @@ def profile_spec(plan: LaunchPlan, port: int) -> ServerSpec:
 
 
 def variant_spec(plan: LaunchPlan, name: str, args: tuple[str, ...], port: int) -> ServerSpec:
-    """The profile server again on its own port, with the variant's arguments last (so they win)."""
-    from gptoss_patch.launcher import plan as planning
+    """The profile server again on its own port, with the variant's arguments last (so they win). A variant that sets
+    the capture sizes drops the profile's maximum capture size, as `serve` does for sizes given after -- (vLLM refuses
+    a maximum that differs from the list's last size)."""
+    from gptoss_patch.launcher import plan as planning, profiles
 
+    if planning.sets_capture_sizes(args):
+        settings = tuple(s for s in plan.settings if not (s.kind == "flag" and s.name == profiles.MAX_CAPTURE_FLAG))
+        plan = dataclasses.replace(plan, settings=settings)
     argv = list(plan.argv)
     at = argv.index("--port") + 1
     argv[at] = str(port)

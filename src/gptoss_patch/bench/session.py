@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -97,6 +98,10 @@ def _measure(
     finally:
         if driver is not None:
             runner.stop(driver, grace=5)
+            for pipe in (driver.stdin, driver.stdout):  # the driver's pipes are ours to close, also after a failure
+                if pipe is not None:
+                    with contextlib.suppress(OSError):  # a driver that died leaves a broken pipe to flush
+                        pipe.close()
         for server in servers:
             server.stop()
         finished.extend(servers)

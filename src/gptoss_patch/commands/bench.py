@@ -134,6 +134,9 @@ def bench(
 
     libraries = distinfo.kernel_versions(plan.installation.site_packages)
     notes.append(distinfo.kernel_versions_line(libraries))
+    from gptoss_patch.launcher import knowledge
+
+    notes += knowledge.kernel_library_notes(libraries, str(plan.installation.version))  # G50
     python_path = str(plan.installation.python)
     engine.check_ports(specs)
     limit = None

@@ -1,4 +1,5 @@
-"""`gptoss-patch model random OUT --shape tiny|20b|120b [--dtype bf16|mxfp4]`: a random-weight gpt-oss checkpoint."""
+"""`gptoss-patch model random OUT --shape tiny|20b|120b [--dtype bf16|mxfp4] [--no-weights]`: a random-weight gpt-oss
+checkpoint, or its directory without the weights for vLLM's `--load-format dummy`."""
 
 from __future__ import annotations
 
@@ -32,6 +33,18 @@ ForceOption = Annotated[
     clikit.Option("--force", help="Go ahead where a safety check refuses. Here: replace OUT if it exists and is not empty "
                   "(only once the new model is complete)."),
 ]
+NoWeightsOption = Annotated[
+    bool,
+    clikit.Option(
+        "--no-weights",
+        help="Write config.json, generation_config.json and the tokenizer, no safetensors: a directory for vLLM's "
+        "--load-format dummy (pass it after -- to serve, bench, tune), which makes random weights of the shape at load. "
+        "Seconds whatever the shape; --dtype still picks the quantization_config, so vLLM takes the same MoE path; "
+        "--python/--venv still pick the interpreter, whose transformers writes the tokenizer.",
+    ),
+]
+
+
 @model_app.command("random")
 @handles_errors
 def random(
@@ -39,6 +52,7 @@ def random(
     shape: ShapeOption = "tiny",
     dtype: DtypeOption = None,
     force: ForceOption = False,
+    no_weights: NoWeightsOption = False,
     vocab_file: VocabOption = None,
     python: PythonOption = None,
     venv: VenvOption = None,
@@ -47,6 +61,8 @@ def random(
     """Write a gpt-oss checkpoint with random weights, offline: the released layout and tokenizer, noise for weights.
 
     Config keys, tensor names and shapes, MXFP4 experts (uint8 *_blocks and e8m0 *_scales) and the o200k_harmony tokenizer are those of the published checkpoints, so a stack (kernels, backends, the launcher, patches, throughput) can be checked before downloading 13-65 GB. The weights are made by the target interpreter (torch, transformers and safetensors; on its GPU when it sees one) in a directory beside OUT, renamed into place when complete.
+
+    With --no-weights only config.json, generation_config.json and the tokenizer are written (no safetensors, no index): vLLM then needs --load-format dummy, and serve and doctor warn on the model row without it.
     """  # noqa: E501 - rich keeps a docstring's line breaks, so each paragraph is one line
     from gptoss_patch import model, render, target, vocab
 
@@ -61,18 +77,24 @@ def random(
         raise UsageError(f"cannot use a harmony vocabulary: {chosen.status.reason}", hint=vocab.FIX)
     vocabulary = chosen.file
     model.check_destination(out, force=force)
+    size = model.checkpoint_bytes(recipe) / 2**30
     if not json:
-        size = model.checkpoint_bytes(recipe) / 2**30
-        render.info(f"Building {recipe.name} ({recipe.experts} experts, {size:.2f} GiB) with {interpreter} ...")
-    built = model.build(interpreter, out, recipe, vocabulary, force=force)
+        what = "config and tokenizer, no weights" if no_weights else f"{size:.2f} GiB"
+        render.info(f"Building {recipe.name} ({recipe.experts} experts, {what}) with {interpreter} ...")
+    built = model.build(interpreter, out, recipe, vocabulary, force=force, weights=not no_weights)
     stamp = model.read_stamp(built) or {}
     if json:
         render.json_out({"out": str(built), "shape": shape, "experts": recipe.experts, **stamp})
         return
     seconds = stamp.get("build_seconds")
+    took = f" in {seconds} s" if seconds is not None else ""
+    if no_weights:
+        render.info(f"Wrote {built}: config.json, generation_config.json and the tokenizer, no weights{took}; "
+                    f"serve it with --load-format dummy (vLLM makes {size:.2f} GiB of random weights at load)")
+        return
     render.info(
         f"Wrote {built}: {stamp.get('parameters')} parameters, {int(stamp.get('bytes') or 0) / 2**30:.2f} GiB on {stamp.get('device')}"
-        + (f" in {seconds} s" if seconds is not None else "")
+        + took
     )
 
 

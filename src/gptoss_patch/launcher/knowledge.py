@@ -6,6 +6,9 @@ and the log lines of known crashes. Version-dependent answers are computed from 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+
+from packaging.version import InvalidVersion, Version
 
 from gptoss_patch.launcher.profiles import marlin_pin_spelling
 from gptoss_patch.launcher.results import KnownIssue
@@ -141,3 +144,54 @@ def diagnose(lines: list[str] | tuple[str, ...], tail: int = 80) -> KnownIssue |
         if any(pattern.search(line) for line in recent):
             return issue
     return None
+
+
+# -- the triton_kernels release behind the Triton figures (G50) ---------------------------------------
+
+# The copy of triton_kernels vLLM's CUDA wheels vendor (vllm/third_party/triton_kernels, imported when no triton_kernels
+# is installed): the triton tag of cmake/external_projects/triton_kernels.cmake in each release's sdist, read on
+# 0.16.0-0.33.0 (first, end or None, tag).
+VENDORED_TRITON_KERNELS = (
+    ((0, 16), (0, 17), "3.5.0"),
+    ((0, 17), (0, 22), "3.6.0"),
+    ((0, 22), None, "3.5.1"),
+)
+VENDORED = "vendored in vLLM"  # distinfo.kernel_versions' word for that copy
+# vllm#39236 (closed unmerged): triton_kernels 3.6.0 lost more than 30 % at batch size 1 against 3.5.1 on an H200.
+SLOW_TRITON_KERNELS = "3.6"
+TRITON_KERNELS_REGRESSION = (
+    "triton_kernels {release} is the release that lost more than 30 % at batch size 1 on Hopper against 3.5.1 "
+    "(vllm#39236, closed unmerged; G50): the Triton figures at one stream are that release's"
+)
+
+
+def vendored_triton_kernels(vllm: str | None) -> str | None:
+    """The triton tag of the triton_kernels copy vLLM `vllm` vendors; None where it was not read (before 0.16)."""
+    try:
+        release = Version(vllm or "").release[:2]
+    except InvalidVersion:
+        return None
+    for first, end, tag in VENDORED_TRITON_KERNELS:
+        if first <= release and (end is None or release < end):
+            return tag
+    return None
+
+
+def triton_kernels_release(libraries: Mapping[str, str], vllm: str | None) -> str | None:
+    """The triton_kernels release gpt-oss's Triton experts run: the installed one's version, or the vendored tag."""
+    found = libraries.get("triton_kernels")
+    if found == VENDORED:
+        return vendored_triton_kernels(vllm)
+    return found if found and found[0].isdigit() else None
+
+
+def kernel_library_notes(libraries: Mapping[str, str], vllm: str | None) -> list[str]:
+    """The lines beside Triton figures (bench, numerics) after the versions line: which triton_kernels the vendored
+    copy is, and G50's warning where it is the slow release."""
+    notes = []
+    release = triton_kernels_release(libraries, vllm)
+    if libraries.get("triton_kernels") == VENDORED and release is not None:
+        notes.append(f"triton_kernels: vLLM {vllm} vendors triton's v{release} copy (its sdist's triton_kernels.cmake)")
+    if release is not None and (release == SLOW_TRITON_KERNELS or release.startswith(SLOW_TRITON_KERNELS + ".")):
+        notes.append(TRITON_KERNELS_REGRESSION.format(release=release))
+    return notes

@@ -10,51 +10,29 @@ import dataclasses
 import json
 import math
 import os
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gptoss_patch.errors import UsageError
-from gptoss_patch.launcher import parallel, profiles, static
+from gptoss_patch.launcher import gpus, memory, parallel, profiles, static
+from gptoss_patch.launcher.options import LOOPBACK, PLACEMENTS, LaunchOptions
 from gptoss_patch.launcher.results import LaunchPlan, Setting, Tuned
 from gptoss_patch.spec import PatchResult, Report, ServeEnv, State
 from gptoss_patch.target import STOCK_DISTRIBUTION, Installation
 
+if TYPE_CHECKING:
+    from gptoss_patch import vocab
+
 VOCAB_ENV = ("TIKTOKEN_ENCODINGS_BASE", "TIKTOKEN_RS_CACHE_DIR")
 # From 0.31 vLLM depends on oss-harmony, which embeds the vocabulary (G01).
 VOCAB_BUNDLED_FROM = (0, 31)
-LOOPBACK = "127.0.0.1"
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 # Where the client's system/developer messages go (harmony_instructions, vllm#44330): `developer` is upstream's
 # default (the variable unset) and keeps every message; `system` (the variable at 1) renders every developer
 # message after the first system/developer message empty.
 INSTRUCTIONS_ENV = "VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS"
-PLACEMENTS = ("developer", "system")
-DEFAULT_PLACEMENT = "developer"
 HOOK_MODE_ENV = "GPTOSS_PATCH_HOOK_MODE"  # hook/plugin.py's MODE_ENV: overrides the installed hook's mode for one start
-
-
-@dataclass(frozen=True)
-class LaunchOptions:
-    """What the user asked for (serve and doctor share it), validated by `launch_options`."""
-
-    model: str | None
-    gpu: profiles.GpuChoice
-    concurrency: tuple[int, ...] = ()
-    host: str = LOOPBACK
-    port: int = 8000
-    extra_args: tuple[str, ...] = ()
-    allow_unpatched: bool = False
-    allow_unauthenticated: bool = False
-    expect_reasoning: bool = False
-    vocab: Path | None = None  # --vocab
-    instructions: str | None = None  # --instructions developer|system; None: not given (developer, upstream's default)
-    fast_moe: bool = False  # --fast-moe: Marlin's MXFP4 MoE kernel on sm90 (profiles.fast_moe_choice)
-
-    @property
-    def placement(self) -> str:
-        return self.instructions or DEFAULT_PLACEMENT
 
 
 def launch_options(
@@ -80,11 +58,15 @@ def resolve(inst: Installation, options: LaunchOptions, environ: Mapping[str, st
     moe_settings, moe_notes = _fit_moe_backend(profile.settings, options.model)
     context = parallel_context(options, environ, static.read_default_utilization(inst.package_root))
     parallel_settings, parallel_notes = _parallel_settings(context, options, caps)
+    batched = _batched_tokens([*(a for s in parallel_settings if s.kind == "flag" for a in s.argv), *options.extra_args])
+    capture = _capture_sizes(options.concurrency, caps, options.extra_args, context.layout.dp,
+                             profiles.capture_ceiling(moe_settings), batched)
+    moe_settings, capture_notes = _fit_prompt_capture(moe_settings, bool(capture), options.extra_args, batched)
     wanted = [
         _host_setting(options.host),
         Setting.flag("--port", str(options.port), why="the port /health and the smoke canary are checked on"),
         *moe_settings,
-        *_capture_sizes(options.concurrency, caps, options.extra_args, context.layout.dp),
+        *capture,
         *parallel_settings,
         *_environ_validation(caps),
         *_patch_environment(report, caps, options),
@@ -99,7 +81,7 @@ def resolve(inst: Installation, options: LaunchOptions, environ: Mapping[str, st
         profile=options.gpu.profile,
         profile_source=options.gpu.source,
         settings=tuple(kept),
-        notes=(*profile.notes, *moe_notes, *parallel_notes, *dropped, *_patch_environment_notes(report, options, environ)),
+        notes=(*profile.notes, *moe_notes, *capture_notes, *parallel_notes, *dropped, *_patch_environment_notes(report, options, environ)),
         extra_args=tuple(options.extra_args),
         base_env=environ,
         expected_moe=_expected_moe(profile.moe_pin, kept, options.extra_args, environ),
@@ -132,7 +114,7 @@ def apply_tuned(plan: LaunchPlan, tuned: Tuned | None) -> LaunchPlan:
         if asked_capture and profiles.is_capture_setting(setting):
             notes.append(f"tuned {setting.name} left out: --concurrency sets the capture sizes")
             continue
-        replaced = [s for s in settings if s.kind == "flag" and s.name == setting.name]
+        replaced = [s for s in settings if s.kind == "flag" and (s.name == setting.name or _both_capture(s, setting))]
         for old in replaced:
             notes.append(f"{' '.join(old.argv)} replaced by the tuned {' '.join(setting.argv)}")
         settings = [s for s in settings if s not in replaced] + [setting]
@@ -143,11 +125,16 @@ def apply_tuned(plan: LaunchPlan, tuned: Tuned | None) -> LaunchPlan:
     return dataclasses.replace(plan, settings=tuple(settings), notes=tuple(notes), tuned=tuned, expected_moe=expected)
 
 
+def _both_capture(ours: Setting, tuned: Setting) -> bool:
+    """A tuned capture list replaces the profile's maximum capture size (vLLM refuses the two when they differ)."""
+    return ours.name == profiles.MAX_CAPTURE_FLAG and profiles.is_capture_setting(tuned)
+
+
 def parallel_context(options: LaunchOptions, environ: Mapping[str, str], default_utilization: float | None = None) -> parallel.Context:
     """The parallel sizes given after --, the GPUs nvidia-smi lists (not asked for the cpu profile), the model's shape,
     the installed vLLM's --gpu-memory-utilization default (None: not readable, vLLM's long-standing 0.9 assumed)."""
     layout = parallel.layout_of(options.extra_args)
-    hardware = parallel.inventory(environ) if options.gpu.profile != "cpu" else None
+    hardware = gpus.inventory(environ) if options.gpu.profile != "cpu" else None
     return parallel.Context(layout, hardware, parallel.model_shape(options.model),
                             default_utilization or parallel.DEFAULT_UTILIZATION)
 
@@ -180,13 +167,13 @@ def _parallel_settings(context: parallel.Context, options: LaunchOptions, caps: 
 def _h100_120b_allocator(options: LaunchOptions, settings: list[Setting], notes: list[str]) -> None:
     """G37 as measured on vLLM 0.20.2: the load-time out of memory is fragmentation, which expandable segments avoid."""
     if any(arg.partition("=")[0] == "--enable-sleep-mode" for arg in options.extra_args):
-        notes.append(f"{parallel.ALLOC_CONF_ENV}={parallel.EXPANDABLE_SEGMENTS} not set: vLLM's sleep mode allocator "
+        notes.append(f"{memory.ALLOC_CONF_ENV}={memory.EXPANDABLE_SEGMENTS} not set: vLLM's sleep mode allocator "
                      "refuses expandable segments (G37)")
         return
     why = ("gpt-oss-120b at TP=1 on an 80 GB H100 ran out of memory while loading on vLLM 0.20.2 (5.4 GiB reserved by PyTorch "
            "but unusable), at vLLM's defaults and with the recipe guide's settings alike; with expandable segments it "
            "started and served (G37)")
-    settings.append(Setting.env(parallel.ALLOC_CONF_ENV, parallel.EXPANDABLE_SEGMENTS, why=why))
+    settings.append(Setting.env(memory.ALLOC_CONF_ENV, memory.EXPANDABLE_SEGMENTS, why=why))
 
 
 def _h100_120b_settings(context: parallel.Context, options: LaunchOptions, caps: static.Capabilities,
@@ -196,8 +183,8 @@ def _h100_120b_settings(context: parallel.Context, options: LaunchOptions, caps:
     if layout.model_parallel == 1:
         why = ("vLLM's gpt-oss recipe guide: gpt-oss-120b at TP=1 on an 80 GB H100 runs out of memory with the default "
                "--gpu-memory-utilization 0.9 and --max-num-batched-tokens 8192; it starts with about 0.95 and 1024 (G37)")
-        for flag, value in (("--gpu-memory-utilization", parallel.RECIPE_TP1_UTILIZATION),
-                            ("--max-num-batched-tokens", parallel.RECIPE_TP1_BATCHED_TOKENS)):
+        for flag, value in (("--gpu-memory-utilization", memory.RECIPE_TP1_UTILIZATION),
+                            ("--max-num-batched-tokens", memory.RECIPE_TP1_BATCHED_TOKENS)):
             if caps.has_flag(flag):
                 settings.append(Setting.flag(flag, value, why=why))
             else:
@@ -205,15 +192,15 @@ def _h100_120b_settings(context: parallel.Context, options: LaunchOptions, caps:
         _h100_120b_allocator(options, settings, notes)
     else:
         notes.append(f"--gpu-memory-utilization left at vLLM's default {context.default_utilization:g}: with TP {layout.tp} on "
-                     f"80 GB H100s the recipe guide runs out of memory above {parallel.RECIPE_TP_MAX_UTILIZATION} (G38)")
+                     f"80 GB H100s the recipe guide runs out of memory above {memory.RECIPE_TP_MAX_UTILIZATION} (G38)")
 
 
-def _default_max_num_seqs(profile: str, used: tuple[parallel.Gpu, ...]) -> int:
+def _default_max_num_seqs(profile: str, used: tuple[gpus.Gpu, ...]) -> int:
     """vLLM's --max-num-seqs default for the API server: 1024 on large GPUs, 256 on the rest (and when unknown)."""
     if profile == "cpu":
-        return parallel.CPU_MAX_NUM_SEQS
-    large = bool(used) and all(parallel.is_large_gpu(g) for g in used)
-    return parallel.DEFAULT_MAX_NUM_SEQS[large]
+        return memory.CPU_MAX_NUM_SEQS
+    large = bool(used) and all(gpus.is_large_gpu(g) for g in used)
+    return memory.DEFAULT_MAX_NUM_SEQS[large]
 
 
 def _fit_moe_backend(settings: tuple[Setting, ...], model: str | None) -> tuple[list[Setting], list[str]]:
@@ -275,18 +262,22 @@ def _patch_status(inst: Installation) -> Report:
     return engine.status(inst)
 
 
-def _capture_sizes(concurrency: tuple[int, ...], caps: static.Capabilities, extra_args: tuple[str, ...], dp: int = 1) -> list[Setting]:
-    """The CUDA-graph sizes for --concurrency; with data parallelism each rank captures what it sees, ceil(C / DP)."""
+def _capture_sizes(concurrency: tuple[int, ...], caps: static.Capabilities, extra_args: tuple[str, ...], dp: int = 1,
+                   ceiling: int = profiles.MAX_CAPTURE_SIZE, batched: int | None = None) -> list[Setting]:
+    """The CUDA-graph sizes for --concurrency; with data parallelism each rank captures what it sees, ceil(C / DP).
+    The list runs up to `ceiling` (the profile's, profiles.capture_ceiling) or the --max-cudagraph-capture-size given
+    after --, cut at --max-num-batched-tokens (`batched`: the plan's or the one given after --; vLLM's own rule)."""
     if not concurrency:
         return []
-    if _user_sets_capture_sizes(extra_args):
+    if sets_capture_sizes(extra_args):
         raise UsageError("--concurrency and the capture sizes given after -- both set the CUDA-graph sizes; keep one")
-    cap = static.last_value(extra_args, "--max-cudagraph-capture-size")
-    max_size = int(cap) if cap and cap.isdigit() else profiles.MAX_CAPTURE_SIZE
+    cap = static.last_value(extra_args, profiles.MAX_CAPTURE_FLAG)
+    max_size = int(cap) if cap and cap.isdigit() else ceiling
+    batched = batched or _batched_tokens(extra_args)
     sizes = per_rank(concurrency, dp)
     if max(sizes) > max_size:
         raise UsageError(f"--concurrency {max(concurrency)} is above --max-cudagraph-capture-size {max_size}")
-    setting = profiles.capture_sizes_setting(sizes, caps, max_size)
+    setting = profiles.capture_sizes_setting(sizes, caps, max_size, batched)
     if dp == 1:
         return [setting]
     pairs = ", ".join(f"{c} -> {math.ceil(c / dp)}" for c in concurrency)
@@ -294,11 +285,37 @@ def _capture_sizes(concurrency: tuple[int, ...], caps: static.Capabilities, extr
     return [dataclasses.replace(setting, why=why)]
 
 
-def _user_sets_capture_sizes(extra_args: tuple[str, ...]) -> bool:
+def _batched_tokens(args: Sequence[str]) -> int | None:
+    value = static.last_value(args, "--max-num-batched-tokens")
+    return int(value) if value and value.isdigit() else None
+
+
+def _fit_prompt_capture(settings: list[Setting], listed: bool, extra_args: tuple[str, ...],
+                        batched: int | None = None) -> tuple[list[Setting], list[str]]:
+    """The profile's maximum capture size goes where an explicit list is passed: vLLM refuses a maximum that differs
+    from the list's last size. --concurrency's list carries it already; capture sizes given after -- win, with a note
+    (--max-cudagraph-capture-size itself given there is _apply_overrides' case); a --max-num-batched-tokens (`batched`)
+    at or below vLLM's own maximum leaves nothing for it to add."""
+    ours = [s for s in settings if s.kind == "flag" and s.name == profiles.MAX_CAPTURE_FLAG]
+    if not ours:
+        return settings, []
+    kept = [s for s in settings if s not in ours]
+    if listed:
+        return kept, []
+    if sets_capture_sizes(extra_args, key="cudagraph_capture_size"):
+        return kept, [f"{' '.join(s.argv)} left out: CUDA-graph capture sizes given after --" for s in ours]
+    if batched is not None and batched <= profiles.MAX_CAPTURE_SIZE:
+        return kept, [f"{' '.join(s.argv)} left out: --max-num-batched-tokens {batched} keeps every batch within vLLM's "
+                      f"{profiles.MAX_CAPTURE_SIZE} for gpt-oss" for s in ours]
+    return settings, []
+
+
+def sets_capture_sizes(extra_args: tuple[str, ...], key: str = "cudagraph_capture_sizes") -> bool:
+    """The capture list given after -- in any spelling (`key`: also the maximum, with "cudagraph_capture_size")."""
     for use in static.scan_flags(extra_args):
-        if use.name in profiles.CAPTURE_SIZE_FLAGS or "cudagraph_capture_sizes" in use.name:
+        if use.name in profiles.CAPTURE_SIZE_FLAGS or key in use.name:
             return True
-        if use.name == "--compilation-config" and any("cudagraph_capture_sizes" in v for v in use.values):
+        if use.name == "--compilation-config" and any(key in v for v in use.values):
             return True
     return False
 
@@ -411,7 +428,7 @@ def _vocabulary(inst: Installation, vocabulary: Any) -> list[Setting]:
     return [Setting.env(name, value, why=why) for name, value in vocabulary.exports.items()]
 
 
-def vocabulary_choice(environ: Mapping[str, str], explicit: Path | None, python: str) -> Any:
+def vocabulary_choice(environ: Mapping[str, str], explicit: Path | None, python: str) -> vocab.Choice:
     """The one vocabulary lookup (vocab.choose) for a server of `python`'s environment: returns a vocab.Choice."""
     from gptoss_patch import vocab
 
@@ -454,7 +471,7 @@ def connect_host(host: str) -> str:
 
 def effective(plan: LaunchPlan, flag: str) -> str | None:
     """The value vLLM will use for `flag`: argparse keeps the last occurrence."""
-    return static.last_value(plan.argv[3:], flag)
+    return static.last_value(plan.vllm_flags, flag)
 
 
 def server_url(plan: LaunchPlan) -> str:

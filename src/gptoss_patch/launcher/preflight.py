@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -10,10 +9,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gptoss_patch.errors import TargetError, UsageError
-from gptoss_patch.launcher import knowledge, parallel, plan as planning, profiles, serving_traps
+from gptoss_patch.launcher import gpus, knowledge, memory, parallel, plan as planning, profiles
+from gptoss_patch.launcher.options import is_loopback
 from gptoss_patch.launcher.results import Check, LaunchPlan, Status
 from gptoss_patch.launcher.runner import bind_problem
-from gptoss_patch.launcher.static import Capabilities, FlagUse, scan_flags
+from gptoss_patch.launcher.static import Capabilities, FlagUse, last_value, scan_flags
 from gptoss_patch.target import pip_command
 
 if TYPE_CHECKING:
@@ -26,31 +26,13 @@ SINK_BACKENDS_ELSEWHERE = ("TRITON_ATTN",)
 GB10_MAX_UTILIZATION = 0.90
 
 
-def run_checks(plan: LaunchPlan) -> tuple[Check, ...]:
-    """Every check, in the order a reader fixes things: target, patches, environment, flags, runtime needs."""
-    return (
-        *check_gpu(plan),
-        *check_parallel(plan),
-        *check_patches(plan),
-        *check_instructions(plan),
-        *check_environment(plan),
-        *check_flags(plan),
-        *check_vocabulary(plan),
-        *check_security(plan),
-        *check_capture_sizes(plan),
-        *check_moe_backend(plan),
-        *serving_traps.run(plan),
-        *launchability(plan),
-    )
-
-
 def require_launchable(plan: LaunchPlan, *, port: bool = True) -> None:
     """Bad input that must stop `serve` with one line before anything else is reported or started.
 
     `port=False` for --print-script: the script runs later, perhaps elsewhere.
     """
     errors = {"executable": TargetError, "model": UsageError, "port": UsageError}
-    for check in launchability(plan):
+    for check in check_launchability(plan):
         if check.status is Status.FAIL and (port or check.name != "port"):
             raise errors[check.name](f"{check.message}; {check.fix}")  # one line, the fix included
 
@@ -295,15 +277,6 @@ def check_security(plan: LaunchPlan) -> list[Check]:
     return [Check("security", Status.FAIL, message, fix="export VLLM_API_KEY=..., or pass --allow-unauthenticated")]
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 # -- capture sizes and MoE backend ---------------------------------------------------------------
 
 
@@ -336,7 +309,7 @@ def check_moe_backend(plan: LaunchPlan) -> list[Check]:
 # -- can it start at all --------------------------------------------------------------------------
 
 
-def launchability(plan: LaunchPlan) -> list[Check]:
+def check_launchability(plan: LaunchPlan) -> list[Check]:
     return [*_executable(plan), *_model(plan), *_port(plan)]
 
 
@@ -380,8 +353,31 @@ def _model(plan: LaunchPlan) -> list[Check]:
         return [Check("model", Status.PASS, f"{plan.model} (a model id: vLLM resolves it)")]
     path = Path(plan.model).expanduser()
     if path.exists():
-        return [Check("model", Status.PASS, str(path))]
+        return [_weights(plan, path)]
     return [Check("model", Status.FAIL, f"model path {plan.model} does not exist", fix="check the path, or give a Hugging Face id such as openai/gpt-oss-20b")]
+
+
+# The files vLLM's DefaultModelLoader globs for in the model directory's top level (default_loader.py,
+# 0.15.1-0.33.0: *.safetensors and *.bin, *.pt as the fallback), and the --load-format values it serves.
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt")
+DIRECTORY_LOAD_FORMATS = ("auto", "hf", "safetensors", "fastsafetensors", "instanttensor", "mistral", "pt", "npcache")
+
+
+def _weights(plan: LaunchPlan, path: Path) -> Check:
+    """A directory with config.json and no weights (`model random --no-weights`) starts only with --load-format dummy;
+    otherwise vLLM starts, then fails at the weight load with "Cannot find any model weights". A warning, not a
+    failure: that failure is vLLM's, with its own last lines, as for any model that does not load."""
+    if not (path / "config.json").is_file() or any(next(path.glob(pattern), None) for pattern in WEIGHT_FILES):
+        return Check("model", Status.PASS, str(path))
+    load_format = (last_value(plan.extra_args, "--load-format") or "auto").lower()
+    if load_format == "dummy":
+        return Check("model", Status.PASS, f"{path} (no weights: --load-format dummy makes random ones)")
+    if load_format not in DIRECTORY_LOAD_FORMATS:
+        return Check("model", Status.PASS, f"{path} (no weight files; --load-format {load_format} reads its own)")
+    message = (f"{path} has a config.json but no weights ({', '.join(WEIGHT_FILES)}): vLLM will fail to load it "
+               "(\"Cannot find any model weights\")")
+    return Check("model", Status.WARN, message, fix="pass --load-format dummy after -- (random weights made at load, what "
+                 "`model random --no-weights` writes a directory for), or write the weights into it")
 
 
 def looks_like_path(model: str) -> bool:
@@ -439,7 +435,7 @@ def _count(labels: Iterable[str]) -> dict[str, int]:
     return counts
 
 
-def _visible_devices(hardware: parallel.Inventory) -> list[Check]:
+def _visible_devices(hardware: gpus.Inventory) -> list[Check]:
     checks = []
     if hardware.duplicates:
         message = (f"CUDA_VISIBLE_DEVICES={hardware.visible_env} names {', '.join(hardware.duplicates)} again: two ranks on one GPU "
@@ -517,11 +513,11 @@ def _memory(plan: LaunchPlan, context: parallel.Context) -> list[Check]:
     if context.shape is None or not used:
         return []
     smallest = min(used, key=lambda g: g.memory_mib or 0)
-    found = parallel.estimate(context.shape, context.layout, smallest, plan.argv, default_utilization=context.default_utilization)
+    found = memory.estimate(context.shape, context.layout, smallest, plan.vllm_flags, default_utilization=context.default_utilization)
     if found is None:
         message = f"{smallest.name} reports no total memory: the per-GPU estimate and the sampler warm-up check (G42) are not run"
         return [Check("memory", Status.WARN, message, issue="G37")]
-    g = parallel.gib
+    g = memory.gib
     checks = []
     experts_split = f" (the experts split over {context.layout.tp * context.layout.dp} ranks: TP x DP)" if context.layout.dp > 1 else ""
     breakdown = (f"weights {g(found.weights)}{experts_split} + one {found.max_model_len}-token request's KV cache {g(found.kv_one_sequence)} "
@@ -543,44 +539,44 @@ def _memory(plan: LaunchPlan, context: parallel.Context) -> list[Check]:
             checks.append(Check("memory", Status.WARN, message, fix="--max-model-len for the context you need", issue="G37"))
     checks += _load_fragmentation(plan, context)
     if context.layout.model_parallel > 1 and not found.reserve_ok:
-        guide = f" (the recipe guide: above {parallel.RECIPE_TP_MAX_UTILIZATION} runs out on H100)" if parallel.is_h100_80gb(smallest) else ""
+        guide = f" (the recipe guide: above {memory.RECIPE_TP_MAX_UTILIZATION} runs out on H100)" if gpus.is_h100_80gb(smallest) else ""
         message = (f"--gpu-memory-utilization {found.utilization:g} leaves {g(found.outside)} per GPU outside vLLM's budget; with "
                    f"TP {context.layout.tp} the CUDA context and NCCL need about {g(found.reserve)} there{guide}")
-        top = min(math.floor((1 - found.reserve / found.total) * 100) / 100, parallel.RECIPE_TP_MAX_UTILIZATION)
+        top = min(math.floor((1 - found.reserve / found.total) * 100) / 100, memory.RECIPE_TP_MAX_UTILIZATION)
         checks.append(Check("memory", Status.FAIL, message, fix=f"--gpu-memory-utilization {top:g} or less", issue="G38"))
-    return checks + _sampler_warm_up(context, smallest, plan.argv, plan.env)
+    return checks + _sampler_warm_up(context, smallest, plan.vllm_flags, plan.env)
 
 
 def _load_fragmentation(plan: LaunchPlan, context: parallel.Context) -> list[Check]:
     """G37 as measured: 120b at TP=1 on an 80 GB H100 ran out of memory while loading unless expandable segments were on."""
     if not (context.h100_120b and context.layout.model_parallel == 1):
         return []
-    if parallel.expandable_segments(plan.env.get(parallel.ALLOC_CONF_ENV)):
+    if memory.expandable_segments(plan.env.get(memory.ALLOC_CONF_ENV)):
         return []
     message = ("gpt-oss-120b at TP=1 on an 80 GB H100 ran out of memory while loading its weights on vLLM 0.20.2 (72 GiB "
-               f"allocated, 5.4 GiB reserved by PyTorch but unusable), whatever the utilization, unless {parallel.ALLOC_CONF_ENV} "
+               f"allocated, 5.4 GiB reserved by PyTorch but unusable), whatever the utilization, unless {memory.ALLOC_CONF_ENV} "
                "had expandable segments on")
-    fix = f"export {parallel.ALLOC_CONF_ENV}={parallel.EXPANDABLE_SEGMENTS} (the sm90 profile sets it unless you set the variable)"
+    fix = f"export {memory.ALLOC_CONF_ENV}={memory.EXPANDABLE_SEGMENTS} (the sm90 profile sets it unless you set the variable)"
     return [Check("memory", Status.WARN, message, fix=fix, issue="G37")]
 
 
-def _sampler_warm_up(context: parallel.Context, gpu: parallel.Gpu, argv: Sequence[str], plan_env: Mapping[str, str]) -> list[Check]:
+def _sampler_warm_up(context: parallel.Context, gpu: gpus.Gpu, argv: Sequence[str], plan_env: Mapping[str, str]) -> list[Check]:
     """G42: the sampler warm-up's float32 logits (max_num_seqs x vocabulary) need room outside the KV cache's budget."""
     assert context.shape is not None
-    room = parallel.sampler_headroom(context.shape, context.layout, gpu, argv, default_utilization=context.default_utilization)
+    room = memory.sampler_headroom(context.shape, context.layout, gpu, argv, default_utilization=context.default_utilization)
     if room is None or not room.short:
         return []
     # The warning only where it was measured to matter: gpt-oss-120b on one GPU without expandable segments (one
     # H200 stopped there). The 20b at vLLM's defaults on an H100, the 120b on an H100 with expandable segments, and
     # the 120b on two H200s (TP=2, DP=2: 141.5 of 143.8 GiB used, none ran out) warmed up 1024 sequences with less
     # room than this estimate asks for. Not even 2 copies fitting still fails everywhere.
-    segments = parallel.expandable_segments(plan_env.get(parallel.ALLOC_CONF_ENV))
+    segments = memory.expandable_segments(plan_env.get(memory.ALLOC_CONF_ENV))
     measured = context.shape.is_120b and context.layout.total_gpus == 1 and not segments
     if not room.clearly_over and not measured:
         return []
-    g = parallel.gib
+    g = memory.gib
     message = (f"the sampler warm-up of --max-num-seqs {room.max_num_seqs} needs about {g(room.need())} per GPU "
-               f"({room.max_num_seqs} x {room.vocab_size} vocabulary x 4 bytes x {parallel.SAMPLER_WARN_COPIES} float32 copies) "
+               f"({room.max_num_seqs} x {room.vocab_size} vocabulary x 4 bytes x {memory.SAMPLER_WARN_COPIES} float32 copies) "
                f"outside the KV cache; {room.utilization:g} x {g(room.total)} leaves {g(room.outside)}, about {g(room.headroom)} "
                f"after the CUDA graph pool and the CUDA context: vLLM may stop with \"CUDA out of memory occurred when warming up sampler\"")
     fixes = [f"-- --max-num-seqs {room.fitting_seqs()}"] if room.fitting_seqs() else []
@@ -593,7 +589,7 @@ def _sampler_warm_up(context: parallel.Context, gpu: parallel.Gpu, argv: Sequenc
 
 def _memory_fix(context: parallel.Context) -> str:
     if context.h100_120b and context.layout.model_parallel == 1:
-        return (f"--gpu-memory-utilization {parallel.RECIPE_TP1_UTILIZATION} --max-num-batched-tokens {parallel.RECIPE_TP1_BATCHED_TOKENS} "
+        return (f"--gpu-memory-utilization {memory.RECIPE_TP1_UTILIZATION} --max-num-batched-tokens {memory.RECIPE_TP1_BATCHED_TOKENS} "
                 "(the recipe guide's; the profile sets them unless given after --), or --tensor-parallel-size 2")
     return "a smaller --max-model-len or --max-num-batched-tokens, a higher --gpu-memory-utilization, or a larger --tensor-parallel-size"
 

@@ -89,12 +89,12 @@ def prepare(
         plan = _plan(request, notify)
     finally:
         ledger.on_wait = told
-    from gptoss_patch.launcher import preflight, reproducibility
+    from gptoss_patch.launcher import checks, preflight
 
     if starts:
         preflight.require_launchable(plan, port=port)
     preflight.require_parallel(plan)
-    return Prepared(plan, (*preflight.run_checks(plan), *reproducibility.checks(plan)))
+    return Prepared(plan, checks.run(plan))
 
 
 def find_target(request: LaunchRequest) -> Installation:

@@ -7,13 +7,14 @@ applies). A profile item the installed version cannot express becomes a note say
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from gptoss_patch.errors import UsageError, cause, detail_of
-from gptoss_patch.launcher import PROFILES
+from gptoss_patch.errors import UsageError
+from gptoss_patch.launcher import PROFILES, gpus
+from gptoss_patch.launcher.options import GpuChoice
 from gptoss_patch.launcher.results import Setting
 from gptoss_patch.launcher.static import Capabilities
 
@@ -23,6 +24,18 @@ CAPABILITY_PROFILES = {"9.0": "sm90", "10.0": "sm100", "10.3": "sm100", "12.0": 
 
 # gpt-oss raises the maximum CUDA-graph capture size to 1024; vLLM's default list up to it has 83 sizes (G20).
 MAX_CAPTURE_SIZE = 1024
+MAX_CAPTURE_FLAG = "--max-cudagraph-capture-size"
+# The Hopper profile captures up to 2048 tokens, the maximum of vLLM's own recipe (bench/recipe.py): a prompt pass of
+# 16 prompts x 128 tokens then replays a graph instead of running eagerly (docs/performance.md, G20).
+PROMPT_CAPTURE_SIZE = 2048
+PROMPT_CAPTURE_WHY = (
+    f"capture CUDA graphs up to {PROMPT_CAPTURE_SIZE} tokens (the maximum of vLLM's GPT-OSS_Hopper.yaml recipe) instead "
+    f"of vLLM's {MAX_CAPTURE_SIZE} for gpt-oss, so that a prompt pass of up to {PROMPT_CAPTURE_SIZE} batched tokens "
+    "(16 prompts of 128) replays a graph instead of running eagerly: that pass took 28-33 % of its time on an H100 "
+    "(20b) and an H200 (120b shape), vLLM 0.20.2, docs/performance.md; it costs start-up time (76 s more on the 20b "
+    "on an H100) and graph memory. "
+    f"vLLM's choice back: {MAX_CAPTURE_FLAG} {MAX_CAPTURE_SIZE} after -- (G20)"
+)
 MARLIN_FAMILY = "MARLIN"
 GB10_MEMORY_UTILIZATION = "0.85"
 
@@ -42,13 +55,6 @@ SM90_MOE_NOTE = (
 
 
 @dataclass(frozen=True)
-class GpuChoice:
-    profile: str
-    source: str  # how it was chosen, for the `gpu` check
-    detected: bool  # False when nvidia-smi was absent and cpu is a fallback
-
-
-@dataclass(frozen=True)
 class ProfileResult:
     settings: tuple[Setting, ...]
     notes: tuple[str, ...]
@@ -58,7 +64,7 @@ class ProfileResult:
 # -- choosing the profile ------------------------------------------------------------------------
 
 
-def choose_gpu(requested: str | None, *, run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> GpuChoice:
+def choose_gpu(requested: str | None, *, run: Callable[..., Any] | None = None) -> GpuChoice:
     if requested is not None:
         if requested not in PROFILES:
             raise UsageError(f"unknown GPU profile {requested!r}; choose one of {', '.join(PROFILES)}")
@@ -66,30 +72,23 @@ def choose_gpu(requested: str | None, *, run: Callable[..., subprocess.Completed
     return detect_gpu(run=run)
 
 
-def detect_gpu(*, run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> GpuChoice:
-    """Ask nvidia-smi for the compute capability; no nvidia-smi means no NVIDIA GPU to configure."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
+def detect_gpu(*, environ: Mapping[str, str] | None = None, run: Callable[..., Any] | None = None) -> GpuChoice:
+    """The profile of the GPUs a CUDA process will see (launcher/gpus.py: nvidia-smi and CUDA_VISIBLE_DEVICES; all of
+    nvidia-smi's GPUs when that selection leaves none, which the `gpus` check then explains); no nvidia-smi means no
+    NVIDIA GPU to configure."""
+    found = gpus.inventory(os.environ if environ is None else environ, run=run)
+    if found is None:
         return GpuChoice("cpu", "no nvidia-smi on PATH", detected=False)
-    capabilities = _query_compute_caps(exe, run)
+    if found.problem:
+        raise UsageError(f"{found.problem}; pass --gpu to choose a profile")
+    capabilities = sorted({gpu.capability for gpu in found.visible or found.gpus})
     if len(capabilities) != 1:
-        found = ", ".join(capabilities) or "no GPU"
-        raise UsageError(f"nvidia-smi reports {found}; pass --gpu {'|'.join(PROFILES)} to choose a profile")
+        listed = ", ".join(capabilities) or "no GPU"
+        raise UsageError(f"nvidia-smi reports {listed}; pass --gpu {'|'.join(PROFILES)} to choose a profile")
     cap = capabilities[0]
     if cap not in CAPABILITY_PROFILES:
         raise UsageError(f"compute capability {cap} has no gpt-oss profile; pass --gpu {'|'.join(PROFILES)}")
     return GpuChoice(CAPABILITY_PROFILES[cap], f"nvidia-smi: compute capability {cap}", detected=True)
-
-
-def _query_compute_caps(exe: str, run: Callable[..., subprocess.CompletedProcess]) -> list[str]:
-    try:
-        proc = run([exe, "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise UsageError(f"nvidia-smi failed ({cause(exc)}); pass --gpu to choose a profile", detail=detail_of(exc)) from None
-    if proc.returncode != 0:
-        detail = (proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or ["no output"])[0]
-        raise UsageError(f"nvidia-smi failed: {detail}; pass --gpu to choose a profile")
-    return sorted({line.strip() for line in proc.stdout.splitlines() if line.strip()})
 
 
 # -- CUDA-graph capture sizes (G20) --------------------------------------------------------------
@@ -108,35 +107,58 @@ def parse_concurrency(text: str | None, *, max_size: int = MAX_CAPTURE_SIZE) -> 
     return tuple(sorted(set(sizes)))
 
 
-def default_capture_sizes(max_size: int = MAX_CAPTURE_SIZE) -> list[int]:
-    """vLLM's default list: [1, 2, 4] + 8..248 step 8 + 256..max step 16 (G20; 83 sizes up to 1024)."""
-    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, max_size + 1, 16)]
-    return [size for size in sizes if size <= max_size]
+def default_capture_sizes(max_size: int = MAX_CAPTURE_SIZE, batched_tokens: int | None = None) -> list[int]:
+    """vLLM's default list: [1, 2, 4] + 8..248 step 8 + 256..max step 16 (G20; 83 sizes up to 1024, 147 up to 2048),
+    cut at --max-num-batched-tokens and ending on it when it fits, as VllmConfig._set_cudagraph_sizes builds it."""
+    ceiling = min(max_size, batched_tokens) if batched_tokens else max_size
+    sizes = [size for size in (1, 2, 4, *range(8, 256, 8), *range(256, ceiling + 1, 16)) if size <= ceiling]
+    return sorted({*sizes, ceiling}) if batched_tokens and batched_tokens <= max_size else sizes
 
 
 CAPTURE_SIZE_FLAGS = ("--cudagraph-capture-sizes", "--cuda-graph-sizes")  # 0.11.2+, then 0.10.x-0.11.x
 
 
 def is_capture_setting(setting: Setting) -> bool:
+    """The capture sizes in any spelling, or the profile's maximum capture size (prompt_capture)."""
     if setting.name == "--compilation-config":
-        return "cudagraph_capture_sizes" in "".join(setting.values)
-    return setting.name in CAPTURE_SIZE_FLAGS
+        return "cudagraph_capture_size" in "".join(setting.values)
+    return setting.name in (*CAPTURE_SIZE_FLAGS, MAX_CAPTURE_FLAG)
 
 
-def capture_sizes_setting(concurrency: tuple[int, ...], caps: Capabilities, max_size: int = MAX_CAPTURE_SIZE) -> Setting:
-    defaults = default_capture_sizes(max_size)
+def capture_sizes_setting(
+    concurrency: tuple[int, ...], caps: Capabilities, max_size: int = MAX_CAPTURE_SIZE, batched_tokens: int | None = None
+) -> Setting:
+    """The explicit list: vLLM's own sizes up to `max_size` (and --max-num-batched-tokens) plus the --concurrency
+    values; the list alone fixes the maximum, so it replaces prompt_capture's flag (plan._capture_sizes)."""
+    defaults = default_capture_sizes(max_size, batched_tokens)
     added = [size for size in concurrency if size not in defaults]
     sizes = [str(size) for size in sorted({*defaults, *concurrency})]
     why = (
-        f"capture CUDA graphs for batch sizes {', '.join(map(str, added)) or 'already in the list'} on top of the "
-        f"{len(defaults)} defaults: a batch of 5 would pad to 8 and 10 to 16 (-5 % and -9 % generation on an H100, G20)"
+        f"capture CUDA graphs for batch sizes {', '.join(map(str, added)) or 'already in the list'} on top of vLLM's "
+        f"{len(defaults)} sizes up to {defaults[-1]}: a batch of 5 would pad to 8 and 10 to 16 (-5 % and -9 % "
+        "generation on an H100, G20)"
     )
+    if max_size > MAX_CAPTURE_SIZE and defaults[-1] > MAX_CAPTURE_SIZE:
+        why += f"; up to {defaults[-1]} so that prompt passes replay graphs too ({MAX_CAPTURE_FLAG} {MAX_CAPTURE_SIZE} after -- for vLLM's {MAX_CAPTURE_SIZE})"
     for flag in CAPTURE_SIZE_FLAGS:
         if caps.has_flag(flag):
             return Setting.flag(flag, *sizes, why=why)
     if caps.has_flag("--compilation-config"):
         return Setting.flag("--compilation-config", json.dumps({"cudagraph_capture_sizes": [int(s) for s in sizes]}), why=why)
     raise UsageError(f"vLLM {caps.version} has no flag for CUDA-graph capture sizes; drop --concurrency")
+
+
+def prompt_capture(caps: Capabilities) -> Setting | str:
+    """Hopper: CUDA graphs up to the recipe's 2048 tokens, so prompt passes replay graphs too (PROMPT_CAPTURE_WHY)."""
+    if not caps.has_flag(MAX_CAPTURE_FLAG):
+        return f"CUDA-graph capture sizes left to vLLM: vLLM {caps.version} has no {MAX_CAPTURE_FLAG}"
+    return Setting.flag(MAX_CAPTURE_FLAG, str(PROMPT_CAPTURE_SIZE), why=PROMPT_CAPTURE_WHY)
+
+
+def capture_ceiling(settings: tuple[Setting, ...] | list[Setting]) -> int:
+    """The largest size the profile captures: prompt_capture's where it is among `settings`, else vLLM's for gpt-oss."""
+    chosen = next((s for s in settings if s.kind == "flag" and s.name == MAX_CAPTURE_FLAG), None)
+    return int(chosen.values[0]) if chosen is not None else MAX_CAPTURE_SIZE
 
 
 # -- the profiles --------------------------------------------------------------------------------
@@ -247,7 +269,8 @@ def unified_memory_cap(caps: Capabilities) -> Setting | str:
 _RULES: dict[str, tuple[Callable[[Capabilities], Setting | str | None], ...]] = {
     # Attention: auto-selection is right on Hopper (FA3 with sinks); forcing FLASHINFER breaks it (G21).
     # The MoE kernel: vLLM's (Triton) unless --fast-moe (fast_moe_choice).
-    "sm90": (),
+    # Capture sizes: up to the recipe's 2048 tokens, so prompt passes replay graphs too (prompt_capture).
+    "sm90": (prompt_capture,),
     "sm100": (kv_cache_fp8, flashinfer_mxfp4_mxfp8),
     "sm120": (pin_marlin, kv_cache_fp8),
     "sm121": (pin_marlin, kv_cache_fp8, unified_memory_cap),

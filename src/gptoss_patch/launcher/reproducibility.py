@@ -1,5 +1,6 @@
 """The `reproducibility` row of serve and doctor: what a plan gives up when gpt-oss's MXFP4 experts run on Marlin
-(--fast-moe on sm90, the SM12x profiles' pin, or the user's own --moe-backend marlin), and how to get it back.
+(--fast-moe on sm90, the SM12x profiles' pin, the user's own --moe-backend marlin, or --enable-lora, for which vLLM
+picks Marlin itself: G46), and how to get it back.
 
 Why Marlin varies (vLLM 0.20.2's source): Marlin's MoE GEMM cuts the K dimension of its tiles
 into stripes across thread blocks, and the stripes are sized from the number of token blocks in the whole batch
@@ -9,8 +10,14 @@ therefore added in an order that depends on the other tokens in the same forward
 bitwise the same result (the cross-block reduction is serialized; the MoE path passes use_atomic_add=False, so
 VLLM_MARLIN_USE_ATOMIC_ADD plays no part), but a server batches each prompt with whatever else is scheduled in
 that step, so the prompt pass varies from run to run; decode at one stream, always a batch of one, does not.
-vLLM itself marks MarlinExperts as not batch-invariant (VLLM_BATCH_INVARIANT=1 refuses it, and gpt-oss's MXFP4
-Triton experts too), so there is no setting that makes Marlin reproducible.
+vLLM itself marks MarlinExperts as not batch-invariant (VLLM_BATCH_INVARIANT=1 refuses it when it is named, and
+gpt-oss's MXFP4 Triton experts too; left to choose, vLLM then runs other experts: G45), so there is no setting that
+makes Marlin reproducible.
+
+LoRA (read on the wheels): with --enable-lora and no backend named, vLLM runs gpt-oss's experts on Marlin. On
+0.15.1-0.20.x its LoRA branch picks Marlin unless VLLM_MXFP4_USE_MARLIN is set to a false value on SM90-SM10x
+(then the unfused Triton experts); from 0.21.0 the automatic order skips every expert class without LoRA support
+(gpt-oss's OAI Triton and FlashInfer experts) and stops at MarlinExperts (vllm#30598: "Triton has accuracy issues").
 
 What was measured (issue #24; the kernel figures and the speed are profiles.MARLIN_*, the one place for them):
 Marlin's MoE output is further from float64 than that of vLLM's Triton kernel, and its reruns of one 512-token
@@ -42,6 +49,12 @@ ONE_AT_A_TIME = (
 )
 
 
+LORA_FLAG = "--enable-lora"
+LORA_AUTO_FROM = (0, 21)  # from here the automatic order picks the first LoRA-capable experts: Marlin
+LORA_TRITON_PROFILES = ("sm90", "sm100")  # the LoRA branch of 0.15.1-0.20.x takes Triton on SM90-SM10x only
+FALSE_VALUES = ("0", "false")  # vLLM's maybe_convert_bool: "0"/"false" -> False, unset -> None (Marlin)
+
+
 def marlin_setting(plan: LaunchPlan) -> Setting | None:
     """The plan's setting that puts the experts on Marlin (flag or environment variable), if it is kept."""
     for setting in plan.settings:
@@ -63,18 +76,47 @@ def uses_marlin(plan: LaunchPlan) -> bool:
     chosen = user_backend(plan)
     if chosen is not None:
         return chosen == "marlin"
-    return marlin_setting(plan) is not None or plan.env.get("VLLM_MXFP4_USE_MARLIN", "").lower() in ("1", "true")
+    marlin_env = plan.env.get("VLLM_MXFP4_USE_MARLIN", "").lower() in ("1", "true")
+    return marlin_setting(plan) is not None or marlin_env or lora_marlin(plan)
 
 
-def checks(plan: LaunchPlan) -> tuple[Check, ...]:
+def lora_enabled(plan: LaunchPlan) -> bool:
+    """--enable-lora in force (argparse keeps the last of --enable-lora / --no-enable-lora)."""
+    from gptoss_patch.launcher import static
+
+    switches = [use.name for use in static.scan_flags(plan.extra_args) if use.name in (LORA_FLAG, "--no-enable-lora")]
+    return bool(switches) and switches[-1] == LORA_FLAG
+
+
+def lora_marlin(plan: LaunchPlan) -> bool:
+    """--enable-lora with no backend named: vLLM puts the experts on Marlin (G46), except on 0.15.1-0.20.x where
+    VLLM_MXFP4_USE_MARLIN=0 on SM90-SM10x selects the unfused Triton experts instead."""
+    if not lora_enabled(plan) or plan.profile == "cpu":
+        return False
+    if plan.installation.version.release[:2] < LORA_AUTO_FROM:
+        marlin_off = plan.env.get("VLLM_MXFP4_USE_MARLIN", "").strip().lower() in FALSE_VALUES
+        return not (plan.profile in LORA_TRITON_PROFILES and marlin_off)
+    return True
+
+
+def check_reproducibility(plan: LaunchPlan) -> tuple[Check, ...]:
     """One row where the experts run on Marlin: a warning that names both properties given up and the fix.
     No row otherwise: the experts then run on the kernel vLLM chose, and stock vLLM gives up nothing more."""
     if not uses_marlin(plan):
         return ()
-    return (Check(NAME, Status.WARN, f"{_source(plan)} {GIVEN_UP}", fix=_fix(plan)),)
+    issue = "G46" if _lora_only(plan) else ""
+    return (Check(NAME, Status.WARN, f"{_source(plan)} {GIVEN_UP}", fix=_fix(plan), issue=issue),)
+
+
+def _lora_only(plan: LaunchPlan) -> bool:
+    """Marlin because of --enable-lora alone: nothing else in the plan names it."""
+    named = user_backend(plan) is not None or marlin_setting(plan) is not None
+    return lora_marlin(plan) and not named and plan.env.get("VLLM_MXFP4_USE_MARLIN", "").lower() not in ("1", "true")
 
 
 def _source(plan: LaunchPlan) -> str:
+    if _lora_only(plan):
+        return f"{LORA_FLAG} puts gpt-oss's experts on Marlin (vLLM's choice for LoRA, vllm#30598) and"
     if user_backend(plan) == "marlin":
         return "your --moe-backend marlin"
     if plan.profile in profiles.SM12X and marlin_setting(plan) is not None:
@@ -85,6 +127,9 @@ def _source(plan: LaunchPlan) -> str:
 
 
 def _fix(plan: LaunchPlan) -> str:
+    if _lora_only(plan):
+        return (f"drop {LORA_FLAG} (vLLM's Triton MXFP4 experts again), or -- --max-num-seqs 1 (one request at a time, "
+                "every prompt pass a batch of one)")
     if plan.profile in profiles.SM12X:
         return ONE_AT_A_TIME
     if user_backend(plan) == "marlin":

@@ -7,7 +7,15 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:  # types only: these modules import this one
+    from gptoss_patch.launcher.options import LaunchOptions
+    from gptoss_patch.launcher.parallel import Context
+    from gptoss_patch.launcher.static import Capabilities
+    from gptoss_patch.spec import Report
+    from gptoss_patch.target import Installation
+    from gptoss_patch.vocab import Choice
 
 
 class Status(str, enum.Enum):
@@ -82,7 +90,7 @@ class Tuned:
 class LaunchPlan:
     """Everything `vllm serve` will be started with, and why; built by plan.resolve()."""
 
-    installation: Any  # target.Installation
+    installation: Installation
     executable: Path
     model: str
     profile: str
@@ -91,14 +99,14 @@ class LaunchPlan:
     notes: tuple[str, ...]  # profile items left out, each with its reason
     extra_args: tuple[str, ...]  # the user's own `vllm serve` arguments (after --)
     base_env: Mapping[str, str] = field(repr=False)
+    patch_report: Report  # from engine.status
+    capabilities: Capabilities  # of the installed vLLM
+    options: LaunchOptions  # what the plan was resolved from
+    vocabulary: Choice  # plan.vocabulary_choice: what harmony loads in the server, and from where
+    parallel: Context  # the TP/DP sizes, the GPUs nvidia-smi lists, the model's shape
     expected_moe: str | None = None  # MoE backend family the profile pinned ("MARLIN"), checked in the log
-    patch_report: Any = None  # spec.Report from engine.status
-    capabilities: Any = None  # static.Capabilities of the installed vLLM
-    options: Any = None  # plan.LaunchOptions the plan was resolved from
-    vocabulary: Any = None  # the vocab.Choice (plan.vocabulary_choice): what harmony loads in the server, and from where
     # The server's module, run as `python -m MODULE --model M`, where the `vllm` script cannot start it.
     server_module: str | None = None
-    parallel: Any = None  # parallel.Context: the TP/DP sizes, the GPUs nvidia-smi lists, the model's shape
     tuned: Tuned | None = None  # the tuned profile found for this stack (used, stale or corrupt); None: none, or --no-tuned
 
     @property
@@ -109,9 +117,14 @@ class LaunchPlan:
         return ["serve", self.model]
 
     @property
+    def vllm_flags(self) -> list[str]:
+        """vLLM's arguments after the model (the profile's settings, then the user's own, which win): what every check
+        of the command line reads, whichever entry starts the server (`argv[3:]` was wrong for `-m MODULE`)."""
+        return [*(arg for s in self.settings for arg in s.argv), *self.extra_args]
+
+    @property
     def argv(self) -> list[str]:
-        flags = [arg for s in self.settings for arg in s.argv]
-        return [str(self.executable), *self.entry, *flags, *self.extra_args]
+        return [str(self.executable), *self.entry, *self.vllm_flags]
 
     @property
     def env_additions(self) -> dict[str, str]:

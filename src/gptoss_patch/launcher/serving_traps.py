@@ -5,7 +5,9 @@ Each returns Checks with a fix and a known-issue id (docs/known-issues.md): two 
 the gpt-oss tool parser (G28), MoE backends forced on GB10 that fail there (G29), an FP8 KV cache that also
 quantizes the sliding-window layers (G30), and structured-output backends that reject harmony's
 structural tags (G31), FlashInfer's SM90 MoE kernel asked for before it has been compiled (G32), and from 0.33.0
-no --reasoning-effort-map where the patch used to map efforts harmony rejects (G11). A check
+no --reasoning-effort-map where the patch used to map efforts harmony rejects (G11); VLLM_BATCH_INVARIANT=1 moving the
+experts to another kernel (G45), a FlashInfer whose SM90 CUTLASS MoE computes wrong results (G47), a release where one
+structured-output request can kill the engine (G48), and an NVFP4 (ModelOpt) re-quantized checkpoint (G51). A check
 that cannot decide says why in a warning; it never passes by default.
 """
 
@@ -16,9 +18,13 @@ import hashlib
 import json
 import shlex
 from pathlib import Path
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
 
 from gptoss_patch import distinfo
 from gptoss_patch.launcher import plan as planning
+from gptoss_patch.launcher.options import is_loopback
 from gptoss_patch.launcher.results import Check, LaunchPlan, Status
 from gptoss_patch.launcher.static import scan_flags
 from gptoss_patch.spec import RUST_FRONTEND, State, rust_frontend_on
@@ -52,19 +58,6 @@ FLASHINFER_MOE_ENV = "VLLM_USE_FLASHINFER_MOE_MXFP4_BF16"  # the MXFP4 selector'
 SM90_MOE_MODULE = "fused_moe_90"  # FlashInfer's JIT module for its CUTLASS MoE kernel on Hopper
 # Measured on an H100 host (docs/performance.md): flashinfer-python 0.6.8.post1, the pin of vLLM 0.20.2.
 SM90_MOE_BUILD = "175 CUDA sources with flashinfer 0.6.8.post1, 35 of them compiled in 11 minutes on 16 cores"
-
-
-def run(plan: LaunchPlan) -> list[Check]:
-    return [
-        *check_harmony_providers(plan),
-        *check_rust_frontend(plan),
-        *check_tool_parser(plan),
-        *check_forced_moe_on_gb10(plan),
-        *check_kv_cache_skip(plan),
-        *check_structured_outputs(plan),
-        *check_flashinfer_moe_build(plan),
-        *check_reasoning_effort_map(plan),
-    ]
 
 
 # -- G11: from 0.33.0 the effort map is vLLM's own flag, and it maps nothing by default -----------------
@@ -196,7 +189,7 @@ def check_rust_frontend(plan: LaunchPlan) -> list[Check]:
 def check_tool_parser(plan: LaunchPlan) -> list[Check]:
     if plan.installation.version.release[:2] < TOOL_PARSER_CHECKED_FROM:
         return []
-    uses = scan_flags(plan.argv[3:])
+    uses = scan_flags(plan.vllm_flags)
     auto = [u.name for u in uses if u.name in ("--enable-auto-tool-choice", "--no-enable-auto-tool-choice")]
     auto_on = bool(auto) and auto[-1] == "--enable-auto-tool-choice"
     parser = planning.effective(plan, "--tool-call-parser")
@@ -237,7 +230,7 @@ def check_kv_cache_skip(plan: LaunchPlan) -> list[Check]:
     dtype = planning.effective(plan, "--kv-cache-dtype")
     if dtype is None or not dtype.startswith("fp8") or not plan.capabilities.flags.accepts(KV_SKIP_FLAG):
         return []
-    skipped = [v for u in scan_flags(plan.argv[3:]) if u.name == KV_SKIP_FLAG for value in u.values for v in value.split(",")]
+    skipped = [v for u in scan_flags(plan.vllm_flags) if u.name == KV_SKIP_FLAG for value in u.values for v in value.split(",")]
     if "sliding_window" in skipped:
         return [Check("kv-cache", Status.PASS, f"--kv-cache-dtype {dtype} with the sliding-window layers kept in the model dtype", issue="G30")]
     message = (
@@ -270,7 +263,7 @@ def check_structured_outputs(plan: LaunchPlan) -> list[Check]:
     version = plan.installation.version
     if version.release[:2] < STRUCTURAL_TAG_FROM:
         return []
-    backend = structured_outputs_backend(plan.argv[3:])
+    backend = structured_outputs_backend(plan.vllm_flags)
     if backend not in REJECTS_STRUCTURAL_TAGS:
         return []
     outcome = "400" if version.release[:2] >= (0, 33) else "500 (Internal server error)"
@@ -334,3 +327,226 @@ def compiled_sm90_moe(site: Path, version: str, environ: dict[str, str]) -> Path
     base = environ.get("FLASHINFER_WORKSPACE_BASE") or environ.get("HOME") or str(Path.home())
     candidates += sorted((Path(base) / ".cache" / "flashinfer" / version).glob(f"*/cached_ops/{library}"))
     return next((path for path in candidates if path.is_file()), None)
+
+
+# -- G47: FlashInfer's SM90 CUTLASS MXFP4 x BF16 MoE computes wrong results in some releases -----------
+
+# flashinfer#3334 (GPQA 0.000 with gpt-oss-20b), #5438 (a racy TMA descriptor): the releases that have the bug.
+# Their pins, read on the wheels' METADATA: vLLM 0.22.0-0.22.1 flashinfer-python 0.6.11.post2, 0.23.0-0.24.0 0.6.12,
+# 0.25.x 0.6.13, 0.26.0 0.6.14; 0.27.0 pins 0.6.16.post3 (0.20.x-0.21.0: 0.6.8.post1, before the bug).
+FLASHINFER_WRONG_RESULTS = (Version("0.6.10"), Version("0.6.16"))  # [first affected, first fixed)
+FLASHINFER_FIXED_PIN = "0.6.16.post3"
+VLLM_WITH_FIXED_FLASHINFER = "0.27.0"
+
+
+def check_flashinfer_moe_accuracy(plan: LaunchPlan) -> list[Check]:
+    """Refuse FlashInfer's CUTLASS MoE on Hopper with a FlashInfer release whose kernel gives wrong answers."""
+    if plan.profile != "sm90" or (asked := flashinfer_moe_asked(plan)) is None:
+        return []
+    version = installed_version(Path(plan.installation.site_packages), "flashinfer_python")
+    if version is None or not flashinfer_gives_wrong_results(version):
+        return []  # not installed: G32's row says vLLM refuses the backend
+    first, fixed = FLASHINFER_WRONG_RESULTS
+    message = (
+        f"{asked} on Hopper: FlashInfer {version}'s CUTLASS MXFP4 x BF16 MoE kernel computes wrong results "
+        f"(gpt-oss-20b scored 0.000 on GPQA; flashinfer#3334, #5438): {first} up to {fixed} are affected, and "
+        f"vLLM {VLLM_WITH_FIXED_FLASHINFER} and later pin {FLASHINFER_FIXED_PIN}, which is not"
+    )
+    upgrade = pip_command(plan.installation.python, "install", f"vllm>={VLLM_WITH_FIXED_FLASHINFER}")
+    fix = (f"{_drop(asked)} (vLLM then runs its Triton kernel on Hopper), or {upgrade} "
+           f"(flashinfer-python {FLASHINFER_FIXED_PIN})")
+    return [Check("moe-backend", Status.FAIL, message, fix=fix, issue="G47")]
+
+
+def flashinfer_gives_wrong_results(version: str) -> bool:
+    first, fixed = FLASHINFER_WRONG_RESULTS
+    try:
+        return first <= Version(version) < fixed
+    except InvalidVersion:
+        return False
+
+
+def _drop(asked: str) -> str:
+    """How to undo what flashinfer_moe_asked found: a flag is dropped, a variable unset."""
+    return f"unset {asked.split('=')[0]}" if "=" in asked else f"drop {asked}"
+
+
+# -- G45: VLLM_BATCH_INVARIANT=1 moves gpt-oss's experts to another kernel ----------------------------
+
+BATCH_INVARIANT_ENV = "VLLM_BATCH_INVARIANT"
+BATCH_INVARIANT_GATE_FROM = (0, 20)  # from 0.20.0 the MoE oracle's is_supported_config checks batch invariance
+# What vLLM's automatic MXFP4 choice runs for gpt-oss on an NVIDIA GPU with VLLM_BATCH_INVARIANT=1, read on the
+# wheels: only TritonExperts (and its subclasses, such as the OCP MX emulation experts) and, from 0.28.0, the Humming
+# experts declare batch invariance; gpt-oss's OAI Triton, FlashInfer and Marlin experts never do. So the automatic
+# order (_get_priority_backends_for_gpt_oss) falls through to its first batch-invariant entry: EMULATION on
+# 0.20.0-0.21.x and 0.25.0-0.31.x, HUMMING (before EMULATION) from 0.32.0; 0.22.0-0.24.x list neither, and vLLM stops.
+BATCH_INVARIANT_EXPERTS = (  # (first, end or None, the backend vLLM runs or None)
+    ((0, 20), (0, 22), "EMULATION"),
+    ((0, 22), (0, 25), None),
+    ((0, 25), (0, 32), "EMULATION"),
+    ((0, 32), None, "HUMMING"),
+)
+HUMMING_DECLARES_FROM = (0, 28)  # HummingExpertsBase._supports_batch_invariance returns True from 0.28.0
+EXPERTS_DESCRIBED = {
+    "EMULATION": ("the EMULATION experts (the MXFP4 weights dequantized to bf16 for vLLM's generic Triton MoE, which "
+                  "vLLM itself calls a research/debugging backend)"),
+    "HUMMING": "the HUMMING experts (the humming-kernels package)",
+}
+NO_BATCH_INVARIANT_STOP = "NotImplementedError: No MXFP4 MoE backend supports the deployment configuration"
+
+
+def check_batch_invariance(plan: LaunchPlan) -> list[Check]:
+    """Which kernel runs gpt-oss's experts under VLLM_BATCH_INVARIANT=1: never vLLM's Triton MXFP4 kernel."""
+    if plan.profile == "cpu" or not batch_invariant_on(plan.env):
+        return []
+    if not plan.capabilities.env.knows(BATCH_INVARIANT_ENV):
+        return []
+    release = plan.installation.version.release[:2]
+    if release < BATCH_INVARIANT_GATE_FROM:
+        return []
+    named = requested_moe_backend(plan)
+    if named is not None:
+        return _named_backend_under_batch_invariance(plan, named, release)
+    running = batch_invariant_experts(release, humming=_humming_installed(plan))
+    version = plan.installation.version
+    unset = f"unset {BATCH_INVARIANT_ENV}"
+    if running is None:
+        message = (f"{BATCH_INVARIANT_ENV}=1: none of vLLM {version}'s gpt-oss MoE kernels declares batch invariance, "
+                   f"so it stops at start-up ({NO_BATCH_INVARIANT_STOP})")
+        has_emulation = "emulation" in plan.capabilities.moe.choices
+        emulation = " (or -- --moe-backend emulation: slow dequantized bf16 experts)" if has_emulation else ""
+        return [Check("batch-invariance", Status.FAIL, message, fix=f"{unset}{emulation}", issue="G45")]
+    message = (f"{BATCH_INVARIANT_ENV}=1: vLLM {version} runs gpt-oss's experts on {EXPERTS_DESCRIBED[running]}, not "
+               "its Triton MXFP4 kernel, which does not declare batch invariance (nor do FlashInfer's and Marlin's)")
+    fix = f"{unset} to keep vLLM's Triton MXFP4 experts"
+    return [Check("batch-invariance", Status.WARN, message, fix=fix, issue="G45")]
+
+
+def batch_invariant_on(environ: dict[str, str]) -> bool:
+    """On as vLLM reads it, bool(int(value)); a value int() rejects stops vLLM, which this row does not judge."""
+    value = environ.get(BATCH_INVARIANT_ENV, "").strip()
+    return value.lstrip("-").isdigit() and int(value) != 0
+
+
+def batch_invariant_experts(release: tuple[int, ...], *, humming: bool = True) -> str | None:
+    """The MXFP4 backend vLLM's automatic choice runs for gpt-oss under VLLM_BATCH_INVARIANT=1 (None: none, it stops).
+    HUMMING needs the humming package; without it the next batch-invariant entry, EMULATION, runs."""
+    for first, end, running in BATCH_INVARIANT_EXPERTS:
+        if first <= release[:2] and (end is None or release[:2] < end):
+            return "EMULATION" if running == "HUMMING" and not humming else running
+    return None
+
+
+def requested_moe_backend(plan: LaunchPlan) -> str | None:
+    """The MoE backend this launch names (--moe-backend from the profile or the user, or VLLM_MXFP4_USE_MARLIN=1)."""
+    named = planning.effective(plan, "--moe-backend")
+    if named is not None and named != "auto":
+        return named
+    marlin_env = plan.env.get("VLLM_MXFP4_USE_MARLIN", "").strip().lower() in ("1", "true")
+    if marlin_env and plan.capabilities.env.knows("VLLM_MXFP4_USE_MARLIN"):
+        return "marlin"
+    return None
+
+
+def _named_backend_under_batch_invariance(plan: LaunchPlan, named: str, release: tuple[int, ...]) -> list[Check]:
+    if named == "emulation" or (named == "humming" and release >= HUMMING_DECLARES_FROM):
+        return []  # experts that declare batch invariance: vLLM runs what was asked for
+    message = (f"{BATCH_INVARIANT_ENV}=1 with the {named} MoE backend: its experts do not declare batch invariance, "
+               f"so vLLM {plan.installation.version} stops at start-up (\"does not support the deployment "
+               "configuration since batch invariance\")")
+    return [Check("batch-invariance", Status.FAIL, message, fix=f"unset {BATCH_INVARIANT_ENV}", issue="G45")]
+
+
+def _humming_installed(plan: LaunchPlan) -> bool:
+    site = Path(plan.installation.site_packages)
+    return installed_version(site, "humming_kernels") is not None or (site / "humming").is_dir()
+
+
+# -- G48: one structured-output request can kill the shared engine before 0.30.0 -----------------------
+
+STRUCTURED_OUTPUT_ADVISORY = "PYSEC-2026-4199"
+STRUCTURED_OUTPUT_FIXED = (0, 30)
+
+
+def check_structured_output_advisory(plan: LaunchPlan) -> list[Check]:
+    """Every OpenAI-compatible server accepts structured-output requests (response_format, structured_outputs):
+    no flag turns them off, so below the fixed release any client can stop the engine for every other client. A
+    warning where clients from other machines reach the server; on loopback or a unix socket, a passing row that
+    still says it (the clients are this machine's)."""
+    version = plan.installation.version
+    if version.release[:2] >= STRUCTURED_OUTPUT_FIXED:
+        return []
+    fixed = ".".join(str(part) for part in STRUCTURED_OUTPUT_FIXED) + ".0"
+    message = (f"vLLM {version}: one structured-output request (response_format or structured_outputs, which "
+               f"every client may send) can kill the engine all clients share ({STRUCTURED_OUTPUT_ADVISORY}, "
+               f"fixed in {fixed})")
+    host = planning.effective(plan, "--host") or "0.0.0.0"  # vLLM's own default binds every interface
+    if planning.effective(plan, "--uds") or is_loopback(host):
+        return [Check("advisory", Status.PASS, f"{message}; only this machine's clients reach it", issue="G48")]
+    fix = f"{pip_command(plan.installation.python, 'install', f'vllm>={fixed}')}, or serve only clients you trust"
+    return [Check("advisory", Status.WARN, message, fix=fix, issue="G48")]
+
+
+# -- G51: NVFP4 (ModelOpt) re-quantized gpt-oss checkpoints ---------------------------------------------
+
+
+def check_checkpoint_quantization(plan: LaunchPlan) -> list[Check]:
+    """Refuse a gpt-oss checkpoint re-quantized to NVFP4 with ModelOpt: vLLM fails to load it or emits "!!!!"."""
+    found = nvfp4_modelopt_config(plan.model, plan.env)
+    if found is None:
+        return []
+    message = (f"{plan.model} is a ModelOpt NVFP4 re-quantization ({found}): vLLM fails to load such gpt-oss "
+               "checkpoints or answers \"!!!!\" (vllm#46641, vllm#46645, open)")
+    fix = "serve the original MXFP4 checkpoint: openai/gpt-oss-20b or openai/gpt-oss-120b"
+    return [Check("checkpoint", Status.FAIL, message, fix=fix, issue="G51")]
+
+
+def nvfp4_modelopt_config(model: str | None, environ: dict[str, str]) -> str | None:
+    """Where the model says it is ModelOpt NVFP4 (config.json's quantization_config, or ModelOpt's
+    hf_quant_config.json), read from a local directory or the Hugging Face cache's snapshots of a model id; None when
+    it does not say so, or is not here."""
+    for directory in model_directories(model, environ):
+        config = _json_object(directory / "config.json").get("quantization_config")
+        if isinstance(config, dict) and _is_modelopt_nvfp4(config.get("quant_method"), config.get("quant_algo")):
+            described = f"{config.get('quant_method')} {config.get('quant_algo') or ''}".rstrip()
+            return f"{directory / 'config.json'}: quantization_config {described}"
+        exported = _json_object(directory / "hf_quant_config.json")
+        producer = (exported.get("producer") or {}).get("name") if isinstance(exported.get("producer"), dict) else None
+        quantization = exported.get("quantization")
+        quantization = quantization if isinstance(quantization, dict) else {}
+        if producer == "modelopt" and _is_modelopt_nvfp4("modelopt", quantization.get("quant_algo")):
+            return f"{directory / 'hf_quant_config.json'}: {producer} {quantization.get('quant_algo')}"
+    return None
+
+
+def _is_modelopt_nvfp4(method: object, algorithm: object) -> bool:
+    method = str(method or "").lower()
+    return method == "modelopt_fp4" or (method == "modelopt" and "nvfp4" in str(algorithm or "").lower())
+
+
+def model_directories(model: str | None, environ: dict[str, str]) -> list[Path]:
+    """A local model directory, or the snapshots of a model id in the Hugging Face cache vLLM will read."""
+    if not model:
+        return []
+    local = Path(model).expanduser()
+    if local.is_dir():
+        return [local]
+    if model.count("/") != 1:
+        return []
+    return sorted((hub_cache(environ) / f"models--{model.replace('/', '--')}" / "snapshots").glob("*"))
+
+
+def hub_cache(environ: dict[str, str]) -> Path:
+    """huggingface_hub's cache: $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub."""
+    if environ.get("HF_HUB_CACHE"):
+        return Path(environ["HF_HUB_CACHE"])
+    home = environ.get("HF_HOME") or str(Path(environ.get("HOME") or Path.home()) / ".cache" / "huggingface")
+    return Path(home) / "hub"
+
+
+def _json_object(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

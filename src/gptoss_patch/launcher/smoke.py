@@ -47,16 +47,18 @@ def run_smoke(base_url: str, *, model: str | None = None, api_key: str | None = 
     except _Unreachable as exc:
         return SmokeReport(base_url, model or "?", (Check("http", Status.FAIL, str(exc), fix="is the server up? check the URL"),))
     rendering, confidence = check_rendering(base_url, model, api_key, timeout)
+    body = _request_body(model)
+    warnings = stop_string_checks(body)  # none for smoke's own body: kept beside the request it judges
     started = time.perf_counter()
-    status, payload, error = _post_json(base_url + "/v1/chat/completions", _request_body(model), api_key, timeout)
+    status, payload, error = _post_json(base_url + "/v1/chat/completions", body, api_key, timeout)
     elapsed = time.perf_counter() - started
     if status != 200:
         detail = error or f"HTTP {status}"
         return SmokeReport(base_url, model, (rendering, Check("http", Status.FAIL, detail, fix="read the server log for the request's error")))
     report = evaluate(base_url, model, payload, elapsed)
-    checks = (rendering, *report.checks)
+    checks = (rendering, *warnings, *report.checks)
     if confidence is not None and confidence < TRAINED_LOGPROB:
-        checks = (rendering, *_not_judged(report.checks, confidence))
+        checks = (rendering, *warnings, *_not_judged(report.checks, confidence))
     return SmokeReport(base_url, model, checks, content=report.content, tokens_per_second=report.tokens_per_second)
 
 
@@ -171,6 +173,25 @@ def _request_body(model: str) -> dict[str, Any]:
         "temperature": 0,
         "max_tokens": MAX_TOKENS,
     }
+
+
+# G49: vLLM matches a request's `stop` strings against the whole output, the analysis channel included (vllm#52599,
+# open): a stop string the model thinks before it answers ends the request with no final answer, finish_reason "stop".
+STOP_IN_REASONING = (
+    "`stop` strings also match inside gpt-oss's reasoning (the analysis channel): when one appears there the request "
+    "ends with no final answer and finish_reason \"stop\" (vllm#52599, open)"
+)
+
+
+def stop_string_checks(body: dict[str, Any]) -> tuple[Check, ...]:
+    """A warning for a gpt-oss request that sets `stop` (a string or a non-empty list); none otherwise."""
+    stop = body.get("stop")
+    if not stop:
+        return ()
+    named = [stop] if isinstance(stop, str) else [str(s) for s in stop]
+    message = f"the request sets stop {json.dumps(named)}: {STOP_IN_REASONING}"
+    fix = "drop `stop` and cut the final answer at the string on the client"
+    return (Check("stop", Status.WARN, message, fix=fix, issue="G49"),)
 
 
 def evaluate(url: str, model: str, payload: dict[str, Any], elapsed: float) -> SmokeReport:

@@ -10,7 +10,7 @@ import ast
 import difflib
 import hashlib
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -398,9 +398,11 @@ def scan_flags(args: tuple[str, ...] | list[str]) -> list[FlagUse]:
     return uses
 
 
-def last_value(args: tuple[str, ...] | list[str], flag: str) -> str | None:
-    """The value argparse would keep for `flag` (the last occurrence wins)."""
-    found = [u for u in scan_flags(args) if u.name == flag and u.values]
+def last_value(args: Sequence[str], flag: str | tuple[str, ...]) -> str | None:
+    """The value argparse would keep for `flag`, or for any of its spellings (`("--tensor-parallel-size", "-tp")`):
+    the last occurrence wins. The one reader of a value on vLLM's command line."""
+    names = (flag,) if isinstance(flag, str) else flag
+    found = [u for u in scan_flags(list(args)) if u.name in names and u.values]
     return found[-1].values[0] if found else None
 
 

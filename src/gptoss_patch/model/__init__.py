@@ -11,7 +11,8 @@ transformers or vllm (each costs seconds and may initialise a GPU).
 
     recipe.py         Recipe, the shapes (TINY, GPT_OSS_20B, GPT_OSS_120B), config.json, recipe_for (--shape, --dtype)
     checkpoint.py     the tensor plan in the released layout (bf16 or MXFP4 experts) and its safetensors shards
-    builder.py        build(): the builder run in the target interpreter, staging, stamp, the rename into place
+    builder.py        build(): the builder run in the target interpreter, staging, stamp, the rename into place;
+                      weights=False: everything but the weights, for vLLM's --load-format dummy
     build_random.py   the builder itself (torch, transformers, safetensors; run in the target, never imported)
 """
 
@@ -19,6 +20,8 @@ from gptoss_patch.model.builder import (
     BUILD_BYTES_PER_SECOND,
     BUILD_TIMEOUT,
     STAMP,
+    WEIGHTS_NONE,
+    WEIGHTS_RANDOM,
     build,
     check_destination,
     read_stamp,
@@ -48,6 +51,6 @@ from gptoss_patch.model.recipe import (
 __all__ = [
     "BUILDER", "BUILD_BYTES_PER_SECOND", "BUILD_TIMEOUT", "EXPERT_DTYPES", "GPT_OSS_20B", "GPT_OSS_120B",
     "MXFP4_BLOCK", "MXFP4_QUANTIZATION", "MXFP4_SCALE_BYTES", "SHAPES", "SHARD_BYTES", "STAMP", "TINY",
-    "TRANSFORMERS_VERSION", "Recipe", "TensorSpec", "build", "check_destination", "checkpoint_bytes", "read_stamp",
-    "recipe_for", "shard_plan", "tensor_plan",
+    "TRANSFORMERS_VERSION", "WEIGHTS_NONE", "WEIGHTS_RANDOM", "Recipe", "TensorSpec", "build", "check_destination",
+    "checkpoint_bytes", "read_stamp", "recipe_for", "shard_plan", "tensor_plan",
 ]  # fmt: skip

@@ -6,13 +6,16 @@ object, on stdin or as the file named by argv[1]:
 
     {"recipe": {...Recipe fields...}, "config": {...config.json...},
      "vocab_file": "/path/o200k_base.tiktoken", "out": "/empty/directory",
-     "shards": [[{"name", "shape", "dtype", "init"}, ...], ...], "mxfp4_scale_bytes": [low, high]}
+     "shards": [[{"name", "shape", "dtype", "init"}, ...], ...], "mxfp4_scale_bytes": [low, high],
+     "weights": true}
 
 and writes config.json, model.safetensors
 (or model-0000N-of-0000M.safetensors and their index), generation_config.json and the tokenizer
-files into "out"; on success it prints one JSON line (what it wrote, parameter count, bytes,
-device, seconds). Everything is local: nothing here may reach a model hub. Standard library plus torch/transformers/safetensors only,
-because it runs in an interpreter gptoss-patch knows nothing else about.
+files into "out"; with "weights": false everything but the safetensors and their index (a directory
+for vLLM's --load-format dummy, written in seconds whatever the shape). On success it prints one JSON line
+(what it wrote, parameter count, bytes, device, seconds). Everything is local: nothing here may reach a
+model hub. Standard library plus torch/transformers/safetensors only, because it runs in an interpreter
+gptoss-patch knows nothing else about.
 """
 
 from __future__ import annotations
@@ -79,7 +82,10 @@ def main(argv: list[str]) -> int:
     started = time.monotonic()
     write_tokenizer(Path(payload["vocab_file"]), out, config)
     tokenizer_seconds = time.monotonic() - started
-    parameters, size, device = write_model(recipe, out, payload["shards"], payload["mxfp4_scale_bytes"])
+    if payload.get("weights", True):
+        parameters, size, device = write_model(recipe, out, payload["shards"], payload["mxfp4_scale_bytes"])
+    else:
+        parameters, size, device = 0, 0, None
     write_json(out / "config.json", config)
     write_json(out / "generation_config.json", generation_config(config))
     summary = {

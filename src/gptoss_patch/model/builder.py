@@ -20,12 +20,19 @@ from gptoss_patch.model.recipe import BUILDER, Recipe
 STAMP = "gptoss-patch-model.json"  # written last inside the model directory: what built it, and how
 BUILD_TIMEOUT = 600  # seconds; the tiny build takes about 13 s on 2 cores, so this only catches a hung builder
 BUILD_BYTES_PER_SECOND = 10 * 2**20  # plus this much time per checkpoint byte for the large shapes (CPU, slow disk)
+# The stamp's "weights" (and `model random --json`'s): safetensors of random values, or none (--no-weights).
+WEIGHTS_RANDOM, WEIGHTS_NONE = "random", "none"
 
 
 def build(
-    python: str | Path, out: Path, recipe: Recipe, vocab_file: Path, *, timeout: float | None = None, force: bool = False
+    python: str | Path, out: Path, recipe: Recipe, vocab_file: Path, *, timeout: float | None = None, force: bool = False,
+    weights: bool = True,
 ) -> Path:
     """Write the model for `recipe` to `out` with the interpreter `python`; returns `out`.
+
+    `weights=False` writes everything but the weights (config.json, generation_config.json, the tokenizer: no
+    safetensors, no index), for vLLM's `--load-format dummy`, which makes random weights of the config's shape at
+    load; the tokenizer still needs the interpreter's transformers.
 
     `vocab_file` is o200k_base.tiktoken (gptoss_patch.vocab.install writes one); its sha256 is
     checked first, so a wrong file costs no build. The builder writes into a temporary sibling of
@@ -37,11 +44,11 @@ def build(
     _check_vocab(Path(vocab_file))
     check_destination(out, force=force)
     if timeout is None:
-        timeout = BUILD_TIMEOUT + checkpoint_bytes(recipe) / BUILD_BYTES_PER_SECOND
+        timeout = BUILD_TIMEOUT + (checkpoint_bytes(recipe) / BUILD_BYTES_PER_SECOND if weights else 0)
     staging = _staging_dir(out)
     try:
-        summary = _run_builder(python, _payload(recipe, Path(vocab_file), staging), timeout)
-        _write_stamp(staging, recipe, python, summary)
+        summary = _run_builder(python, _payload(recipe, Path(vocab_file), staging, weights=weights), timeout)
+        _write_stamp(staging, recipe, python, summary, weights=weights)
         _make_readable(staging)
         _replace(staging, out)
     except OSError as exc:
@@ -106,14 +113,15 @@ def _staging_dir(out: Path) -> Path:
         raise WriteFailed(f"cannot create a directory next to {out}: {exc.strerror or exc}") from None
 
 
-def _payload(recipe: Recipe, vocab_file: Path, staging: Path) -> dict[str, Any]:
+def _payload(recipe: Recipe, vocab_file: Path, staging: Path, *, weights: bool = True) -> dict[str, Any]:
     return {
         "recipe": recipe.to_json(),
         "config": recipe.hf_config(),
         "vocab_file": str(vocab_file.resolve()),
         "out": str(staging),
-        "shards": [[spec.to_json() for spec in shard] for shard in shard_plan(tensor_plan(recipe))],
+        "shards": [[spec.to_json() for spec in shard] for shard in shard_plan(tensor_plan(recipe))] if weights else [],
         "mxfp4_scale_bytes": list(MXFP4_SCALE_BYTES),
+        "weights": weights,
     }
 
 
@@ -140,10 +148,11 @@ def _builder_env() -> dict[str, str]:
     return {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
 
 
-def _write_stamp(staging: Path, recipe: Recipe, python: str | Path, summary: dict[str, Any]) -> None:
+def _write_stamp(staging: Path, recipe: Recipe, python: str | Path, summary: dict[str, Any], *, weights: bool) -> None:
     stamp = {
         "recipe": recipe.to_json(),
         "digest": recipe.digest(),
+        "weights": WEIGHTS_RANDOM if weights else WEIGHTS_NONE,
         "python": str(python),
         "parameters": summary.get("parameters"),
         "bytes": summary.get("bytes"),

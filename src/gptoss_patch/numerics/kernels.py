@@ -185,30 +185,20 @@ def _floor_of(result: dict[str, Any], floors: list[dict[str, Any]]) -> dict[str,
 
 
 def layer_shape(model: str | None, shape: str | None) -> LayerShape:
-    """`--shape` (tiny, 20b, 120b) wins; else a local checkpoint's config.json; else a released id's name."""
-    from gptoss_patch.model import recipe_for
+    """`--shape` (tiny, 20b, 120b) wins; else the model's own shape (model/shape.py: a local checkpoint's config.json,
+    or a released id's published shape)."""
+    from gptoss_patch.model import recipe_for, shape as model_shapes
 
     if shape is not None:
         recipe = recipe_for(shape)
         return LayerShape(recipe.name, _from_config(recipe.hf_config()), recipe.experts, f"--shape {shape}")
-    if model and (Path(model) / "config.json").is_file():
-        path = Path(model) / "config.json"
-        try:
-            config = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"cannot read {path}: {exc}") from None
-        if config.get("model_type") != "gpt_oss":
-            raise UsageError(f"{model} is not a gpt-oss checkpoint (model_type {config.get('model_type')!r})")
-        quant = (config.get("quantization_config") or {}).get("quant_method")
-        return LayerShape(Path(model).name, _from_config(config), "mxfp4" if quant == "mxfp4" else "bf16", str(path))
-    lowered = (model or "").lower()
-    for named in ("120b", "20b"):
-        if lowered.endswith(f"gpt-oss-{named}"):
-            recipe = recipe_for(named)
-            return LayerShape(model or recipe.name, _from_config(recipe.hf_config()), "mxfp4", f"the released {named} shape")
-    raise UsageError(
-        f"cannot tell the shape of {model!r}: pass a local gpt-oss directory or --shape tiny|20b|120b"
-    )
+    found = model_shapes.read(model)
+    if found is None:
+        raise UsageError(f"cannot tell the shape of {model!r}: pass a local gpt-oss directory or --shape tiny|20b|120b")
+    recipe = found.recipe
+    source = str(found.config) if found.config is not None else found.source
+    name = Path(model).name if found.config is not None and model else (model or recipe.name)
+    return LayerShape(name, _from_config(recipe.hf_config()), recipe.experts, source)
 
 
 def _from_config(config: dict[str, Any]) -> dict[str, Any]:

@@ -73,6 +73,10 @@ def kernel_table(report: KernelReport) -> None:
         from gptoss_patch.distinfo import kernel_versions_line
 
         render.info(kernel_versions_line(report.libraries))
+        from gptoss_patch.launcher.knowledge import kernel_library_notes
+
+        for note in kernel_library_notes(report.libraries, report.vllm):  # G50
+            render.info(note)
     for item in report.not_run:
         render.info(f"not run: {item['layer']} {item['backend']}: {item['reason']}")
     for line in report.skipped:

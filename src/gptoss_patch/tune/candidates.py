@@ -179,12 +179,15 @@ def capture(plan: LaunchPlan, concurrency: tuple[int, ...]) -> list[Candidate | 
     if (flag := _given(plan, *profiles.CAPTURE_SIZE_FLAGS)) is not None:
         return [_fixed("capture", flag)]
     limit = _batched_tokens(plan)
-    sizes = tuple(c for c in concurrency if c <= min(limit, profiles.MAX_CAPTURE_SIZE))
-    added = [c for c in sizes if c not in profiles.default_capture_sizes()]
+    # Up to the profile's own maximum (2048 on sm90): the candidate's list replaces it (plan._fit_prompt_capture drops
+    # the maximum where a list is given after --), so the list must not stop short of what the reference captures.
+    ceiling = profiles.capture_ceiling(plan.settings)
+    sizes = tuple(c for c in concurrency if c <= min(limit, ceiling))
+    added = [c for c in sizes if c not in profiles.default_capture_sizes(ceiling, limit)]
     if not added:
         return [Skipped("capture", f"vLLM's default capture sizes already hold {', '.join(map(str, sizes)) or 'them'}")]
     try:
-        setting = profiles.capture_sizes_setting(sizes, caps)
+        setting = profiles.capture_sizes_setting(sizes, caps, ceiling, limit)
     except UsageError as exc:
         return [Skipped("capture", str(exc))]
     per_rank = planning.per_rank(sizes, 1)
@@ -216,7 +219,7 @@ def attention(plan: LaunchPlan, _concurrency: tuple[int, ...]) -> list[Candidate
 
 def _batched_tokens(plan: LaunchPlan) -> int:
     """--max-num-batched-tokens in effect: the plan's (the user's or the profile's), else vLLM's default here."""
-    from gptoss_patch.launcher import parallel, plan as planning
+    from gptoss_patch.launcher import gpus, memory, plan as planning
 
     given = planning.effective(plan, "--max-num-batched-tokens")
     if given and given.isdigit():
@@ -224,11 +227,11 @@ def _batched_tokens(plan: LaunchPlan) -> int:
     if plan.profile == "cpu":
         return CPU_BATCHED_TOKENS
     used = plan.parallel.used_gpus() if plan.parallel is not None else ()
-    return parallel.DEFAULT_BATCHED_TOKENS[bool(used) and all(parallel.is_large_gpu(g) for g in used)]
+    return memory.DEFAULT_BATCHED_TOKENS[bool(used) and all(gpus.is_large_gpu(g) for g in used)]
 
 
 def batched_tokens(plan: LaunchPlan, concurrency: tuple[int, ...]) -> list[Candidate | Skipped]:
-    from gptoss_patch.launcher import parallel, plan as planning
+    from gptoss_patch.launcher import memory, plan as planning
 
     caps = plan.capabilities
     if (flag := _given(plan, "--max-num-batched-tokens")) is not None:
@@ -238,7 +241,7 @@ def batched_tokens(plan: LaunchPlan, concurrency: tuple[int, ...]) -> list[Candi
     default = _batched_tokens(plan)
     seqs_text = planning.effective(plan, "--max-num-seqs")
     seqs = int(seqs_text) if seqs_text and seqs_text.isdigit() else (
-        parallel.CPU_MAX_NUM_SEQS if plan.profile == "cpu" else min(parallel.DEFAULT_MAX_NUM_SEQS.values()))
+        memory.CPU_MAX_NUM_SEQS if plan.profile == "cpu" else min(memory.DEFAULT_MAX_NUM_SEQS.values()))
     floor = max(256, seqs, max(concurrency, default=1))  # vLLM refuses fewer tokens than sequences per step
     out: list[Candidate | Skipped] = []
     for value in (default * 2, default // 2, default // 4):  # larger first: the high concurrencies gain most
