@@ -361,6 +361,24 @@ def test_the_sampler_headroom_counts_the_vocabulary_of_the_checkpoint():
     assert room.short and not room.clearly_over
 
 
+@pytest.mark.parametrize(
+    ("args", "grown"),
+    [
+        ((), False),
+        (("--max-cudagraph-capture-size", "1024"), False),
+        (("--max-cudagraph-capture-size", "2048"), True),  # the sm90 profile's
+        (("--cudagraph-capture-sizes", "1", "16", "2048"), True),  # --concurrency's list to the profile's maximum
+        (("--cudagraph-capture-sizes", "1", "16", "64"), False),
+    ],
+)
+def test_the_graph_pool_outside_the_budget_grows_with_captures_beyond_1024(args, grown):
+    # Measured on the 20b (H100, vLLM 0.20.2): 1.21 GiB of graphs up to 1024, 1.58 up to 2048.
+    gpu = Gpu(0, "GPU-0", "NVIDIA H200", "9.0", 143771)
+    room = memory.sampler_headroom(parallel.model_shape("openai/gpt-oss-120b"), parallel.Layout(), gpu, list(args))
+    base = int(memory.CUDA_GRAPH_POOL_GIB * memory.GIB)
+    assert (room.graph_pool > base) is grown and room.graph_pool <= base * 1.31 + 1
+
+
 def test_no_sampler_check_without_the_gpus_memory(gpus):
     plan = plan_for(options("openai/gpt-oss-120b", *H200_MEASURED), gpus("NVIDIA GB10, 12.1, [N/A]"))
     assert rows(plan, "G42") == []

@@ -280,6 +280,16 @@ def test_the_way_back_caps_the_concurrency_list_at_vllms_1024():
     assert listed.values[-1] == "1024"
 
 
+@pytest.mark.parametrize("maximum", ["1000", "512", "1024"])
+def test_a_maximum_given_after_dashes_ends_the_concurrency_list(maximum):
+    # Was: --max-cudagraph-capture-size 1000 with --concurrency gave a list ending at 992 (vLLM's grid), which vLLM
+    # refuses beside a maximum of 1000.
+    from gptoss_patch.launcher import plan as planning
+
+    (listed,) = planning._capture_sizes((1, 5), caps_of("0.20.2"), ("--max-cudagraph-capture-size", maximum), 1, 2048)
+    assert listed.values[-1] == maximum and "5" in listed.values and len(set(listed.values)) == len(listed.values)
+
+
 @pytest.mark.parametrize("given", [
     ("--cudagraph-capture-sizes", "1", "2", "4"),
     ("--compilation-config", '{"cudagraph_capture_sizes": [1, 2, 4]}'),

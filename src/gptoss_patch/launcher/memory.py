@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 from gptoss_patch.launcher.gpus import Gpu, is_large_gpu
 from gptoss_patch.launcher.parallel import DEFAULT_UTILIZATION, Layout, Shape
-from gptoss_patch.launcher.static import last_value
+from gptoss_patch.launcher.profiles import CAPTURE_SIZE_FLAGS, MAX_CAPTURE_FLAG, MAX_CAPTURE_SIZE
+from gptoss_patch.launcher.static import last_value, scan_flags
 
 GIB = 1024**3
 MIB = 1024**2
@@ -48,7 +49,10 @@ RECIPE_TP_MAX_UTILIZATION = 0.95
 SAMPLER_FLOOR_COPIES = 2
 SAMPLER_WARN_COPIES = 12
 LOGIT_BYTES = 4  # float32
-CUDA_GRAPH_POOL_GIB = 1.6  # measured 1.58 GiB with vLLM 0.20.2's default capture sizes on that H200
+CUDA_GRAPH_POOL_GIB = 1.6  # measured 1.58 GiB with vLLM 0.20.2's default capture sizes (to 1024) on that H200
+# Captures beyond vLLM's 1024 for gpt-oss (the sm90 profile's 2048): the 20b on an H100 went from 1.21 to 1.58 GiB of
+# graph memory (vLLM 0.20.2); the same growth is assumed for other shapes, not measured.
+CUDA_GRAPH_POOL_GROWTH_TO_2048 = 1.58 / 1.21
 
 
 @dataclass(frozen=True)
@@ -217,8 +221,17 @@ def sampler_headroom(shape: Shape, layout: Layout, gpu: Gpu, args: Sequence[str]
         max_num_seqs=seqs,
         vocab_size=shape.vocab_size,
         reserve=int(RESERVE_GIB[layout.model_parallel > 1] * GIB),
-        graph_pool=int(CUDA_GRAPH_POOL_GIB * GIB),
+        graph_pool=int(graph_pool_gib(args) * GIB),
     )
+
+
+def graph_pool_gib(args: Sequence[str]) -> float:
+    """The CUDA graph pool outside the budget for the capture sizes `args` ask for (the largest of a list, or the
+    maximum): the measured 1.6 GiB up to vLLM's 1024 for gpt-oss, grown as measured beyond it."""
+    listed = [int(v) for u in scan_flags(list(args)) if u.name in CAPTURE_SIZE_FLAGS for v in u.values if v.isdigit()]
+    maximum = parse_tokens(last_value(args, MAX_CAPTURE_FLAG))
+    largest = max([*listed, maximum or 0]) if listed or maximum else MAX_CAPTURE_SIZE
+    return CUDA_GRAPH_POOL_GIB * (CUDA_GRAPH_POOL_GROWTH_TO_2048 if largest > MAX_CAPTURE_SIZE else 1.0)
 
 
 def expandable_segments(value: str | None) -> bool:

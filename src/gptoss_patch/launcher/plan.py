@@ -277,6 +277,10 @@ def _capture_sizes(concurrency: tuple[int, ...], caps: static.Capabilities, extr
     sizes = per_rank(concurrency, dp)
     if max(sizes) > max_size:
         raise UsageError(f"--concurrency {max(concurrency)} is above --max-cudagraph-capture-size {max_size}")
+    if cap and (batched is None or max_size <= batched):
+        # vLLM refuses a maximum that is not the list's last size; vLLM's own grid (step 16 from 256) would stop below
+        # a maximum off it (1000 -> 992), so the maximum given after -- ends the list.
+        sizes = (*sizes, max_size)
     setting = profiles.capture_sizes_setting(sizes, caps, max_size, batched)
     if dp == 1:
         return [setting]
