@@ -2,7 +2,7 @@
 
 A company machine often sets `http_proxy` without a `no_proxy` for 127.0.0.1; urllib would send a
 request for our own server to that proxy, which cannot reach it (or swallows it). Every request of
-serve, smoke, bench and the tests goes through `opener_for`. Stdlib only (urllib); importing this
+serve, smoke, bench and the tests goes through `opener_for`. urllib and options.is_loopback; importing this
 module costs about 25 ms, so the launcher imports it only once vLLM has started.
 """
 
@@ -11,13 +11,14 @@ from __future__ import annotations
 import urllib.parse
 import urllib.request
 
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+from gptoss_patch.launcher.options import is_loopback as loopback_host
+
 HEALTH_TIMEOUT = 2.0  # seconds one /health request may take
 
 
 def is_loopback(url: str) -> bool:
-    host = urllib.parse.urlsplit(url).hostname or ""
-    return host in LOOPBACK_HOSTS or host.startswith("127.")
+    """Whether `url` names this machine (options.is_loopback: one answer for a host, bound or asked)."""
+    return loopback_host(urllib.parse.urlsplit(url).hostname or "")
 
 
 def opener_for(url: str) -> urllib.request.OpenerDirector:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from gptoss_patch.errors import UsageError
 from gptoss_patch.launcher import gpus, memory, parallel, profiles, static
-from gptoss_patch.launcher.options import LOOPBACK, PLACEMENTS, LaunchOptions
+from gptoss_patch.launcher.options import LOOPBACK, PLACEMENTS, LaunchOptions, is_loopback
 from gptoss_patch.launcher.results import LaunchPlan, Setting, Tuned
 from gptoss_patch.spec import PatchResult, Report, ServeEnv, State
 from gptoss_patch.target import STOCK_DISTRIBUTION, Installation
@@ -251,7 +251,7 @@ def _executable(inst: Installation) -> Path:
 
 
 def _host_setting(host: str) -> Setting:
-    if host in (LOOPBACK, "localhost", "::1"):
+    if is_loopback(host):
         return Setting.flag("--host", host, why="loopback only, the default: vLLM serves without authentication unless given an API key")
     return Setting.flag("--host", host, why="asked for with --host; the security check required an API key or --allow-unauthenticated")
 
