@@ -6,8 +6,10 @@ too) only while a command runs (`armed()`, the root group's invoke) and outside 
 inside `deferred()` (the journalled commit, the recovery of an interrupted one, capture's patch file and
 ledger) it waits until the section is done, so the transaction is complete, never torn, when the process
 ends. Whatever the moment, the process says `error: interrupted by SIGINT` once and exits 130 (143 for
-SIGTERM, 129 for SIGHUP); click never sees the signal, so it never prints `Aborted!`. This module prints
-nothing: `ending()` gives the line and the code, and the command-line layer prints it (render.interrupted).
+SIGTERM, 129 for SIGHUP); the line says whether the transaction was completed first (a signal that lands
+after the commit, while the report is printed, cuts only the report). Click never sees the signal, so it
+never prints `Aborted!`. This module prints nothing: `ending()` gives the line and the code, and the
+command-line layer prints it (render.interrupted).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ _depth = 0  # inside deferred(): a signal waits for the section's end
 _raised = False  # Interrupted was raised once: later signals are only recorded
 _said = False  # the one line is on stderr
 _finished: str | None = None  # the critical section a deferred signal waited for
+_completed: str | None = None  # the last critical section that ran to its end (a later signal cuts only the report)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -78,8 +81,9 @@ def _raise() -> None:
 @contextmanager
 def armed() -> Iterator[None]:
     """While a command runs: a signal is raised where it lands (one that came while parsing, at once)."""
-    global _armed  # noqa: PLW0603
+    global _armed, _completed  # noqa: PLW0603
     _armed = True
+    _completed = None  # this command's sections only (tests run several commands in one process)
     try:
         if _received is not None and not _depth and not _raised:
             _raise()
@@ -91,10 +95,12 @@ def armed() -> Iterator[None]:
 @contextmanager
 def deferred(what: str) -> Iterator[None]:
     """A critical section (`what`: "apply", "revert", ...): a signal that lands inside is raised at its end."""
-    global _depth, _finished  # noqa: PLW0603
+    global _depth, _finished, _completed  # noqa: PLW0603
     _depth += 1
     try:
         yield
+        if _depth == 1:
+            _completed = what
     finally:
         _depth -= 1
         if not _depth and _received is not None and _armed and not _raised:
@@ -103,10 +109,14 @@ def deferred(what: str) -> Iterator[None]:
 
 
 def message() -> str:
-    """The one line: which signal, and whether a transaction under way was completed first."""
+    """The one line: which signal, and whether the transaction was completed first (it waited for the commit, or the
+    signal came after it, while the report was printed: the lines before this one are then the whole truth so far)."""
     name = signal.Signals(_received).name if _received is not None else "SIGINT"
-    done = f"; the {_finished} already under way was completed first" if _finished else ""
-    return f"interrupted by {name}{done}"
+    if _finished:
+        return f"interrupted by {name}; the {_finished} already under way was completed first"
+    if _completed:
+        return f"interrupted by {name} after the {_completed} was complete"
+    return f"interrupted by {name}"
 
 
 def exit_code() -> int:

@@ -402,6 +402,8 @@ def _feed(proc: subprocess.Popen, text: str | None) -> None:
             proc.stdin.close()  # type: ignore[union-attr]
         except OSError:  # it exited without reading (not Python at all, or it failed first): its exit says why
             pass
+        except ValueError:  # we closed the pipe under it (a signal ended the run): the signal's line says why
+            pass
 
     threading.Thread(target=write, daemon=True).start()
 

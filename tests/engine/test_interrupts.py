@@ -151,7 +151,10 @@ def check_exit(rc: int, stderr: str, sig: int, *, finished_ok: bool = False) -> 
     if finished_ok and rc in (0, 1) and "interrupted" not in stderr:
         return  # the signal came after the process had exited
     assert rc == 128 + sig, (rc, stderr)
-    assert len(lines) == 1 and lines[0].startswith(f"error: interrupted by {signal.Signals(sig).name}"), stderr
+    said = f"error: interrupted by {signal.Signals(sig).name}"
+    assert lines and lines[-1].startswith(said) and sum(line.startswith("error:") for line in lines) == 1, stderr
+    if len(lines) > 1:  # the report of a complete transaction, cut by a signal that came after the commit
+        assert finished_ok and lines[-1].endswith(" was complete"), stderr
 
 
 def run_cases(cases: list[Callable[[], str | None]]) -> list[str]:
@@ -342,7 +345,20 @@ def test_without_a_signal_handler_in_process_a_keyboard_interrupt_is_still_one_l
 def test_the_module_prints_nothing_it_gives_the_line_once_for_the_shell_to_print(monkeypatch: pytest.MonkeyPatch) -> None:
     from gptoss_patch import interrupts
 
-    for name, value in (("_received", signal.SIGTERM), ("_said", False), ("_raised", False), ("_finished", "apply")):
+    for name, value in (("_received", signal.SIGTERM), ("_said", False), ("_raised", False), ("_finished", "apply"),
+                        ("_completed", "apply")):
         monkeypatch.setattr(interrupts, name, value)
     assert interrupts.ending() == ("interrupted by SIGTERM; the apply already under way was completed first", 143)
     assert interrupts.ending() == (None, 143)  # said once; the code stays
+
+
+def test_a_signal_after_the_commit_says_the_transaction_was_complete(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gptoss_patch import interrupts
+
+    for name, value in (("_received", None), ("_said", False), ("_raised", False), ("_finished", None),
+                        ("_completed", None), ("_armed", True), ("_depth", 0)):
+        monkeypatch.setattr(interrupts, name, value)
+    with interrupts.deferred("revert"):
+        pass
+    monkeypatch.setattr(interrupts, "_received", signal.SIGHUP)
+    assert interrupts.ending() == ("interrupted by SIGHUP after the revert was complete", 129)
