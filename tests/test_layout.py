@@ -192,3 +192,18 @@ def test_every_check_of_the_launcher_is_in_the_one_ordered_tuple_and_takes_the_p
     assert sorted(defined - set(listed)) == [], "add these to launcher/checks.py's CHECKS, where the reader meets them"
     assert all(list(inspect.signature(fn).parameters) == ["plan"] for fn in checks.CHECKS)
     assert all(name.split(".")[1].startswith("check_") for name in listed)
+
+
+# Issue 35, item 5: the tests share only tests/support and conftest fixtures. A helper imported from another test
+# module runs that module's collection-time code and ties the two files together; it belongs in tests/support.
+def _imports_a_test_module(path: Path, root: Path) -> bool:
+    parts = path.relative_to(root).with_suffix("").parts
+    package = ".".join(parts if path.name == "__init__.py" else parts[:-1])
+    names = imported_names(path, package)
+    return any(name.startswith("tests.") and any(p.startswith("test_") for p in name.split(".")) for name in names)
+
+
+def test_no_test_module_imports_from_another_test_module():
+    root = PACKAGE.parent.parent
+    found = [str(p.relative_to(root)) for p in sorted((root / "tests").rglob("*.py")) if _imports_a_test_module(p, root)]
+    assert found == [], "move what they import from tests/**/test_*.py into a tests/support module"

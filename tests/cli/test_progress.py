@@ -9,15 +9,14 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 from rich.console import Console
 
 from gptoss_patch import provision as venv_create, registry, render
-from gptoss_patch.cli import app
 from gptoss_patch.spec import Selection
 from gptoss_patch.verify import behaviour
 from gptoss_patch.verify.probes import MARKER
 from tests.support import fakesite
+from tests.support.cli import run
 
 
 def fake_python(tmp_path: Path, body: str) -> str:
@@ -59,8 +58,8 @@ def test_verify_behaviour_prints_one_line_per_probe_on_a_pipe(tmp_path: Path, mo
     (tmp_path / "no-vocabulary").mkdir()
     monkeypatch.setenv("TIKTOKEN_ENCODINGS_BASE", str(tmp_path / "no-vocabulary"))
     fakesite.build(tmp_path / "venv")
-    assert CliRunner().invoke(app, ["apply", "--venv", str(tmp_path / "venv")]).exit_code == 0
-    result = CliRunner().invoke(app, ["verify", "--behaviour", "--venv", str(tmp_path / "venv")])
+    assert run("apply", "--venv", str(tmp_path / "venv")).exit_code == 0
+    result = run("verify", "--behaviour", "--venv", str(tmp_path / "venv"))
     probing = [line for line in result.stderr.splitlines() if line.startswith("  probing ")]
     started = [s.id for s in registry.selected(Selection()) if s.id in behaviour.probe_ids() and not s.probe_needs_vocabulary]
     assert started, "no probe runs without the vocabulary: the test would prove nothing"
@@ -95,6 +94,6 @@ def test_venv_create_states_the_download_size_first(tmp_path: Path) -> None:
 
 def test_a_refused_directory_gets_its_error_first_and_no_download_notice(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
-    refused = CliRunner().invoke(app, ["venv", "create", str(tmp_path / "file"), "--install-vllm", "0.17.1", "--no-deps"])
+    refused = run("venv", "create", str(tmp_path / "file"), "--install-vllm", "0.17.1", "--no-deps")
     assert refused.exit_code == 4
     assert refused.stderr.startswith("error: ") and "Downloads" not in refused.stderr

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli import states
 from tests.support.safety import (
     KILLED,
     VERSION,
@@ -35,7 +36,6 @@ from tests.support.safety import (
     notices,
     print_line,
     spawn,
-    states,
 )
 from tests.support.upstream import fresh_install
 

@@ -18,6 +18,7 @@ from gptoss_patch.errors import Conflict, PatchFailed, TargetError, WriteFailed
 from gptoss_patch.fsutil import sha256
 from gptoss_patch.spec import Selection, State
 from tests.support import fakesite
+from tests.support.cli import run, states
 from tests.support.fakesite import MARLIN_REL, SERVING_REL
 from tests.support.injected import injected
 
@@ -25,10 +26,6 @@ from tests.support.injected import injected
 @pytest.fixture
 def inst(tmp_path: Path):
     return fakesite.build(tmp_path / "venv")
-
-
-def states(report) -> dict[str, str]:
-    return {r.id: r.state.value for r in report.results}
 
 
 def pristine(inst) -> bool:
@@ -146,10 +143,6 @@ def test_a_patched_file_damaged_later_gets_a_fix_that_works_for_all_its_patches(
     next one. The printed fix (revert --force of the first) works when run as printed (issue #36, item 4)."""
     import shlex
 
-    from click.testing import CliRunner
-
-    from gptoss_patch.cli import app
-
     engine.apply(inst)
     target = inst.site_packages / SERVING_REL
     data = target.read_bytes()
@@ -162,7 +155,7 @@ def test_a_patched_file_damaged_later_gets_a_fix_that_works_for_all_its_patches(
     assert "--skip" not in hint
     fix = shlex.split(hint.split("`")[1])
     assert fix[:3] == ["gptoss-patch", "revert", "--force"]
-    result = CliRunner().invoke(app, fix[1:])
+    result = run(*fix[1:])
     assert result.exit_code == 0, result.stderr
     engine.apply(inst)
     assert not any(r.state.needs_action for r in engine.status(inst).results)

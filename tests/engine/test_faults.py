@@ -35,6 +35,7 @@ from pathlib import Path
 import pytest
 
 from gptoss_patch.engine import faults
+from tests.support.cli import states
 from tests.support.forkserver import ForkServer
 from tests.support.safety import (
     KILLED,
@@ -48,7 +49,6 @@ from tests.support.safety import (
     ledger_dir,
     notices,
     print_line,
-    states,
 )
 from tests.support.upstream import fresh_install
 

@@ -24,12 +24,14 @@ import pytest
 
 from gptoss_patch.engine.record import read_hashes
 from gptoss_patch.fsutil import sha256
+from tests.support.cli import states
 from tests.support.safety import (
     VERSION,
     Reference,
     assert_patched,
     assert_pristine,
     changed,
+    command_line,
     contents,
     describe,
     dist_info,
@@ -37,7 +39,6 @@ from tests.support.safety import (
     ledger_dir,
     listing,
     print_line,
-    states,
 )
 from tests.support.upstream import fresh_install, replace_file, site_packages, wheel_path
 
@@ -402,7 +403,9 @@ def mount_namespace(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 
 def in_namespace(setup: list[dict], commands: list[list[str]], hash_paths: list[Path], list_dirs: list[Path]) -> dict:
-    spec = {"setup": setup, "commands": commands, "hash": [str(p) for p in hash_paths], "list": [str(d) for d in list_dirs]}
+    """`commands` (gptoss-patch command lines: safety.command_line) run in a private mount namespace after `setup`."""
+    argvs = [[sys.executable, *command] for command in commands]
+    spec = {"setup": setup, "commands": argvs, "hash": [str(p) for p in hash_paths], "list": [str(d) for d in list_dirs]}
     done = subprocess.run(
         ["unshare", "-m", "--propagation", "private", sys.executable, "-c", DRIVER, json.dumps(spec)],
         capture_output=True, text=True, check=False, timeout=300,
@@ -411,17 +414,14 @@ def in_namespace(setup: list[dict], commands: list[list[str]], hash_paths: list[
     return json.loads(done.stdout)
 
 
-def cli(venv: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "gptoss_patch", args[0], "--venv", str(venv), *args[1:]]
-
-
 def test_read_only_directory_real_mount(venv, ref, mount_namespace, hostile):
     """Real: the last target's directory is a read-only bind mount; the other files were already
     replaced when its write fails, and are put back. Exit 7, nothing changed."""
     site = site_packages(venv)
     folder = (site / ref.targets[-1]).parent
     assert all((site / rel).parent != folder for rel in ref.targets[:-1])
-    got = in_namespace([{"kind": "ro", "dir": str(folder)}], [cli(venv, "apply"), cli(venv, "status", "--json")], [], [])
+    commands = [command_line(venv, "apply"), command_line(venv, "status", "--json")]
+    got = in_namespace([{"kind": "ro", "dir": str(folder)}], commands, [], [])
     refused, look = got["runs"]
     assert refused["rc"] == 7, refused
     assert f"error: cannot write {site / ref.targets[-1]}: read-only filesystem; nothing was changed" in refused["stderr"]
@@ -432,7 +432,8 @@ def test_read_only_directory_real_mount(venv, ref, mount_namespace, hostile):
 def test_read_only_site_packages_real_mount(venv, ref, mount_namespace, hostile):
     """Real: all of site-packages is mounted read-only (a read-only image): refused before any write."""
     site = site_packages(venv)
-    got = in_namespace([{"kind": "ro", "dir": str(site)}], [cli(venv, "apply"), cli(venv, "status")], [], [])
+    commands = [command_line(venv, "apply"), command_line(venv, "status")]
+    got = in_namespace([{"kind": "ro", "dir": str(site)}], commands, [], [])
     refused, look = got["runs"]
     assert refused["rc"] == 7 and "read-only filesystem; nothing was changed" in refused["stderr"], refused
     assert look["rc"] == 1 and "error" not in look["stderr"]
@@ -449,7 +450,7 @@ def test_full_disk_under_a_target_real_tmpfs(venv, ref, tmp_path, mount_namespac
     targets = [site / rel for rel in ref.targets]
     got = in_namespace(
         [{"kind": "tmpfs", "dir": str(folder), "stage": str(stage), "headroom": 0}],
-        [cli(venv, "apply"), cli(venv, "status", "--json")],
+        [command_line(venv, "apply"), command_line(venv, "status", "--json")],
         [*targets, dist_info(venv) / "RECORD"],
         [folder],
     )
@@ -472,7 +473,7 @@ def test_full_disk_under_the_ledger_real_tmpfs(venv, ref, tmp_path, mount_namesp
     shutil.copytree(info, stage)
     got = in_namespace(
         [{"kind": "tmpfs", "dir": str(info), "stage": str(stage), "headroom": 0}],
-        [cli(venv, "apply"), cli(venv, "status")],
+        [command_line(venv, "apply"), command_line(venv, "status")],
         [info / "RECORD"],
         [info],
     )

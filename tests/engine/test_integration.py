@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import difflib
-import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from gptoss_patch.cli import app
 from gptoss_patch.engine.record import read_hashes
 from gptoss_patch.fsutil import sha256
 from tests.support.catalogue import stock_states
+from tests.support.cli import run, states
 from tests.support.upstream import fresh_install, replace_file, site_packages, wheel_path
 
 pytestmark = pytest.mark.upstream
@@ -22,22 +20,12 @@ VERSION = "0.17.1"
 SERVING = "vllm/entrypoints/openai/chat_completion/serving.py"
 MARLIN = "vllm/model_executor/layers/quantization/utils/marlin_utils.py"
 MXFP4 = "vllm/model_executor/layers/quantization/mxfp4.py"
-runner = CliRunner()
 
 
 @pytest.fixture
 def venv(tmp_path: Path) -> Path:
     fresh_install(VERSION, tmp_path / "venv")
     return tmp_path / "venv"
-
-
-def cli(venv: Path, *args: str):
-    return runner.invoke(app, [args[0], "--venv", str(venv), *args[1:]])
-
-
-def states(venv: Path) -> dict[str, str]:
-    result = cli(venv, "status", "--json")
-    return {p["id"]: p["state"] for p in json.loads(result.stdout)["patches"]}
 
 
 def matches_record(venv: Path, *rels: str) -> bool:
@@ -52,28 +40,28 @@ def test_pending_apply_applied_idempotent_verify_revert(venv):
     record_bytes = record.read_bytes()
     assert states(venv) == stock_states(VERSION)
 
-    assert cli(venv, "apply", "--vllm", VERSION).exit_code == 0
+    assert run("apply", "--vllm", VERSION, venv=venv).exit_code == 0
     assert states(venv)["harmony_instructions"] == states(venv)["marlin_atomic_add_sm121"] == "applied"
 
     stamps = {rel: (site / rel).stat().st_mtime_ns for rel in (SERVING, MARLIN)}
-    second = cli(venv, "apply", "--vllm", VERSION)
+    second = run("apply", "--vllm", VERSION, venv=venv)
     assert second.exit_code == 0 and "Patched" not in second.stderr
     assert {rel: (site / rel).stat().st_mtime_ns for rel in stamps} == stamps
 
-    assert cli(venv, "verify").exit_code == 0
-    assert cli(venv, "revert").exit_code == 0
+    assert run("verify", venv=venv).exit_code == 0
+    assert run("revert", venv=venv).exit_code == 0
     assert matches_record(venv, SERVING, MARLIN)
     assert record.read_bytes() == record_bytes
 
 
 def test_outside_edit_is_modified_and_revert_needs_force(venv):
-    cli(venv, "apply")
+    run("apply", venv=venv)
     target = site_packages(venv) / MARLIN
     replace_file(target, target.read_bytes() + b"\n# hand edit\n")
     assert states(venv)["marlin_atomic_add_sm121"] == "modified"
-    refused = cli(venv, "revert")
+    refused = run("revert", venv=venv)
     assert refused.exit_code == 5 and "changed after gptoss-patch wrote it" in refused.stderr
-    assert cli(venv, "revert", "--force").exit_code == 0
+    assert run("revert", "--force", venv=venv).exit_code == 0
     assert matches_record(venv, SERVING, MARLIN)
 
 
@@ -81,7 +69,7 @@ def test_file_whose_anchor_is_gone_is_drifted_and_nothing_is_written(venv):
     target = site_packages(venv) / SERVING
     replace_file(target, target.read_bytes().replace(b"        messages.append(sys_msg)\n", b""))
     assert states(venv)["harmony_instructions"] == "drifted"
-    result = cli(venv, "apply")
+    result = run("apply", venv=venv)
     # A hand edit (the file is not what RECORD lists, and a patch of it drifts): refused, naming the file, with the
     # way to keep the edit (capture it) rather than a --skip that would leave it half patched.
     assert result.exit_code == 3 and f"{SERVING} is not the file vllm 0.17.1 installed" in result.stderr
@@ -104,20 +92,20 @@ def test_with_diff_applies_the_fork_diff_then_fixes_its_import(venv, tmp_path):
     patch = tmp_path / "mxfp4-mods.diff"
     patch.write_text(fork_diff(venv, original, original.replace(anchor, anchor + wrong)))
 
-    result = cli(venv, "apply", "--with-diff", str(patch))
+    result = run("apply", "--with-diff", str(patch), venv=venv)
     assert result.exit_code == 0, result.stderr
     text = (site / MXFP4).read_text()
     assert "from vllm.model_executor.layers.quantization.utils.nvfp4_utils import cutlass_fp4_supported" in text
     assert "quant_utils import cutlass_fp4_supported" not in text
     assert states(venv)["mxfp4_fp4_import"] == "applied"
-    assert cli(venv, "revert").exit_code == 0
+    assert run("revert", venv=venv).exit_code == 0
     assert matches_record(venv, MXFP4, SERVING, MARLIN)
 
 
 def test_with_diff_that_does_not_apply_writes_nothing(venv, tmp_path):
     patch = tmp_path / "stale.diff"
     patch.write_text(f"--- a/{MXFP4}\n+++ b/{MXFP4}\n@@ -1,1 +1,1 @@\n-no such line\n+something\n")
-    result = cli(venv, "apply", "--with-diff", str(patch))
+    result = run("apply", "--with-diff", str(patch), venv=venv)
     assert result.exit_code == 3
     assert result.stderr.startswith("error: --with-diff stale.diff does not apply: "), result.stderr
     assert matches_record(venv, MXFP4, SERVING, MARLIN)
@@ -125,7 +113,7 @@ def test_with_diff_that_does_not_apply_writes_nothing(venv, tmp_path):
 
 
 def test_force_reinstall_is_never_reported_applied_from_a_stale_ledger(venv):
-    cli(venv, "apply")
+    run("apply", venv=venv)
     pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q", "--no-deps"]
     subprocess.run([*pip, "--force-reinstall", "--no-compile", str(wheel_path(VERSION))], check=True, capture_output=True)
     assert states(venv)["harmony_instructions"] == "pending"

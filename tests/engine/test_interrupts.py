@@ -324,9 +324,7 @@ def test_signals_after_random_delays_end_with_one_line_and_a_whole_transaction(s
 
 def test_without_a_signal_handler_in_process_a_keyboard_interrupt_is_still_one_line(tmp_path: Path) -> None:
     """In-process (no handler installed), a KeyboardInterrupt from the engine is one line and 130, never `Aborted!`."""
-    from click.testing import CliRunner
-
-    from gptoss_patch.cli import app
+    from tests.support.cli import run
     from tests.support.injected import injected
 
     fakesite.build(tmp_path / "venv")
@@ -336,7 +334,7 @@ def test_without_a_signal_handler_in_process_a_keyboard_interrupt_is_still_one_l
             raise KeyboardInterrupt
 
     with injected(stop):
-        result = CliRunner().invoke(app, ["apply", "--venv", str(tmp_path / "venv")])
+        result = run("apply", "--venv", str(tmp_path / "venv"))
     assert result.exit_code == 130 and result.stderr == "error: interrupted by SIGINT\n", result.stderr
     assert read_hashes(next((tmp_path / "venv" / "lib").glob("python3*/site-packages/vllm-*.dist-info")) / "RECORD")
     assert not (next((tmp_path / "venv" / "lib").glob("python3*/site-packages/vllm-*.dist-info")) / DIRNAME).exists()

@@ -21,9 +21,21 @@ from gptoss_patch.engine.record import read_hashes
 from gptoss_patch.errors import WriteFailed
 from gptoss_patch.hook import plugin
 from gptoss_patch.userpatches import load_dirs
-from tests.engine.test_userpatches import ENVS, ENVS_REL, assert_refused_at_load, build, edit, run, snapshot, states
+from tests.support.cli import run, run_process, states
 from tests.support.injected import injected
 from tests.support.markers import needs
+from tests.support.userpatches import (
+    ENVS,
+    ENVS_REL,
+    EXAMPLE,
+    assert_refused_at_load,
+    build,
+    edit,
+    plugin_env,
+    replace_text,
+    snapshot,
+    wheel_of,
+)
 
 NEW_REL = "vllm/local_helpers.py"
 NEW = "def answer() -> int:\n    return 42\n"
@@ -233,8 +245,6 @@ def test_a_creation_then_an_edit_of_another_file_in_one_capture_apply_on_a_fresh
     (inst.site_packages / NEW_REL).write_text(NEW)
     edit(inst, ENVS_REL, "VLLM_PORT = None", "VLLM_PORT = 8123")
     wheel = tmp_path / "pristine.whl"
-    from tests.engine.test_userpatches import wheel_of
-
     wheel_of(build(tmp_path / "pristine"), wheel)
     result = run("capture", "both", "--dir", str(patches), "--venv", str(venv), "--from", str(wheel))
     assert result.exit_code == 0, result.stderr
@@ -297,7 +307,7 @@ def test_sigkill_at_every_step_of_a_creation_and_its_revert_leaves_all_or_nothin
         assert status.returncode in (0, 1), (command, spec, status.stderr)
         exists = (work / new).exists()
         listed = NEW_REL in read_hashes(work / rel_record)
-        state = {p["id"]: p["state"] for p in json.loads(status.stdout)["patches"]}["helpers"]
+        state = states(status)["helpers"]
         assert exists == listed and state == ("applied" if exists else "pending"), (command, spec, exists, listed, state)
         if exists:
             assert (work / new).read_text() == NEW
@@ -316,8 +326,6 @@ def test_sigkill_at_every_step_of_a_creation_and_its_revert_leaves_all_or_nothin
 @pytest.fixture
 def index(site, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """A local package index (pip --find-links) holding the fake release's wheel, and an empty wheel cache."""
-    from tests.engine.test_userpatches import wheel_of
-
     inst, venv, patches = site
     links = tmp_path / "links"
     links.mkdir()
@@ -370,8 +378,6 @@ def test_a_cached_wheel_that_is_not_the_release_is_refused_by_record(index):
     cache.mkdir()
     other = build(Path(str(cache) + "-other"))
     (other.site_packages / ENVS_REL).write_text("# another build\n")
-    from tests.engine.test_userpatches import wheel_of
-
     wheel_of(other, cache / "vllm-0.17.1-cp311-cp311-linux_x86_64.whl")
     edit(inst, ENVS_REL, "VLLM_PORT = None", "VLLM_PORT = 8123")
     result = run("capture", "port", "--dir", str(patches), "--venv", str(venv))
@@ -401,7 +407,6 @@ def test_real_release_capture_without_from_takes_the_cached_wheel_and_carries_a_
     """On the real vllm 0.17.1 (--no-deps install): an edit to envs.py and a new module, captured with no
     --from (the release's wheel comes from the wheel cache the tests share), applied on a fresh install,
     reverted there with RECORD as pip wrote it."""
-    from tests.engine.test_userpatches import replace_text
     from tests.support.upstream import fresh_install, site_packages
 
     venv, site, patches = real
@@ -457,7 +462,6 @@ def test_diff_shows_a_pending_creation_as_git_applies_it_and_capture_files_takes
 
 def test_a_plugin_patch_ships_a_behaviour_probe_that_verify_runs_in_the_target(site, tmp_path):
     from gptoss_patch.verify.probes import MARKER, RUNNER
-    from tests.engine.test_userpatches import EXAMPLE, plugin_env, tool
 
     inst, venv, patches = site
     env = plugin_env(tmp_path)
@@ -477,8 +481,8 @@ def test_a_plugin_patch_ships_a_behaviour_probe_that_verify_runs_in_the_target(s
     failed = probed({"probes": ["example_envs_marker"], "files": {"example_envs_marker": str(broken)}})
     assert failed["passed"] is False and "does not load: ModuleNotFoundError" in failed["evidence"]
 
-    assert tool(env, "apply", "--venv", str(venv)).returncode == 0
-    verified = tool(env, "verify", "--venv", str(venv), "--behaviour", "--json", "--only", "example_envs_marker")
+    assert run_process("apply", "--venv", str(venv), env=env).returncode == 0
+    verified = run_process("verify", "--venv", str(venv), "--behaviour", "--json", "--only", "example_envs_marker", env=env)
     behaviour = {p["id"]: p for p in json.loads(verified.stdout)["behaviour"]}
     assert behaviour["example_envs_marker"]["passed"] is True, verified.stderr
     assert "vllm.envs.GPTOSS_EXAMPLE_PATCHES is True" in behaviour["example_envs_marker"]["evidence"]
@@ -494,23 +498,19 @@ def harness_0171(tmp_path: Path) -> Path:
 
 
 def test_real_vllm_imports_the_plugin_patch_and_its_probe_passes_only_once_applied(harness_0171, tmp_path):
-    from tests.engine.test_userpatches import plugin_env, tool
-
     env = plugin_env(tmp_path)
     python = str(harness_0171)
-    stock = tool(env, "verify", "--python", python, "--behaviour", "--json", "--only", "example_envs_marker")
+    stock = run_process("verify", "--python", python, "--behaviour", "--json", "--only", "example_envs_marker", env=env)
     assert stock.returncode == 1 and json.loads(stock.stdout)["behaviour"][0]["passed"] is False, stock.stderr
-    assert tool(env, "apply", "--python", python, "--only", "example_envs_marker").returncode == 0
-    verified = tool(env, "verify", "--python", python, "--behaviour", "--json", "--only", "example_envs_marker")
+    assert run_process("apply", "--python", python, "--only", "example_envs_marker", env=env).returncode == 0
+    verified = run_process("verify", "--python", python, "--behaviour", "--json", "--only", "example_envs_marker", env=env)
     behaviour = {p["id"]: p for p in json.loads(verified.stdout)["behaviour"]}
     assert behaviour["example_envs_marker"]["passed"] is True, (verified.stderr, behaviour)
     assert "site-packages/vllm/envs.py" in behaviour["example_envs_marker"]["evidence"]
-    assert tool(env, "revert", "--python", python).returncode == 0
+    assert run_process("revert", "--python", python, env=env).returncode == 0
 
 
 def test_a_plugin_whose_probe_is_not_a_file_is_left_out_with_one_line(tmp_path):
-    from tests.engine.test_userpatches import tool
-
     package = tmp_path / "src" / "bad_probe_patches"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
@@ -524,7 +524,7 @@ def test_a_plugin_whose_probe_is_not_a_file_is_left_out_with_one_line(tmp_path):
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: bad-probe-patches\nVersion: 0.1.0\n")
     (dist / "entry_points.txt").write_text("[gptoss_patch.patches]\nbad_probe = bad_probe_patches.bad_probe\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "src"), str(tmp_path / "plugins")])}
-    listed = tool(env, "list", "--json")
+    listed = run_process("list", "--json", env=env)
     assert listed.returncode == 0, listed.stderr
     assert "bad_probe" not in {p["id"] for p in json.loads(listed.stdout)}
     assert [ln for ln in listed.stderr.splitlines() if "bad_probe" in ln] == [

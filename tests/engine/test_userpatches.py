@@ -8,68 +8,27 @@ import os
 import shlex
 import shutil
 import subprocess
-import zipfile
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from gptoss_patch.cli import app
 from gptoss_patch.hook import plugin
 from tests.support import fakesite
+from tests.support.cli import run, run_process, states
 from tests.support.markers import needs
+from tests.support.userpatches import (
+    ENVS,
+    ENVS_REL,
+    assert_refused_at_load,
+    build,
+    edit,
+    plugin_env,
+    replace_text,
+    snapshot,
+    wheel_of,
+)
 
-runner = CliRunner()
-ENVS_REL = "vllm/envs.py"
-ENVS = "import os\n\nVLLM_HOST_IP = os.getenv('VLLM_HOST_IP', '')\nVLLM_PORT = None\n"
 MARLIN = fakesite.MARLIN_REL
-
-
-def run(*args: str, env: dict[str, str] | None = None):
-    return runner.invoke(app, list(args), env=env)
-
-
-def build(root: Path):
-    return fakesite.build(root, files={ENVS_REL: ENVS})
-
-
-def wheel_of(inst, dest: Path) -> Path:
-    """A wheel-shaped zip of the pristine fake install (files + its RECORD), as `--from` takes it."""
-    with zipfile.ZipFile(dest, "w") as zf:
-        for line in inst.record.read_text().splitlines():
-            rel = line.split(",")[0]
-            if (inst.site_packages / rel).is_file():
-                zf.write(inst.site_packages / rel, rel)
-    return dest
-
-
-def edit(inst, rel: str, old: str, new: str) -> None:
-    path = inst.site_packages / rel
-    text = path.read_text()
-    assert old in text, rel
-    path.write_text(text.replace(old, new, 1))
-
-
-def snapshot(inst) -> dict[str, bytes]:
-    root = inst.site_packages
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
-
-
-def assert_refused_at_load(inst, venv: Path, patches: Path, body: str, why: str) -> None:
-    """A patch file with `body` makes status, apply and revert exit 2 with `why` in one line, writing nothing."""
-    (patches / "bad.diff").write_text("# vllm: ==0.17.1\n" + body)
-    before = snapshot(inst)
-    for command in ("status", "apply", "revert"):
-        result = run(command, "--venv", str(venv), "--patch-dir", str(patches))
-        assert result.exit_code == 2, (command, result.stderr)
-        assert why in result.stderr.splitlines()[0], result.stderr
-    assert snapshot(inst) == before
-
-
-
-def states(venv: Path, *extra: str) -> dict[str, str]:
-    result = run("status", "--venv", str(venv), "--json", *extra)
-    return {p["id"]: p["state"] for p in json.loads(result.stdout)["patches"]}
 
 
 @pytest.fixture
@@ -385,14 +344,6 @@ def real(tmp_path: Path):
     return venv, site_packages(venv), sources_path("0.17.1"), patches
 
 
-def replace_text(path: Path, old: str, new: str) -> None:
-    from tests.support.upstream import replace_file
-
-    text = path.read_text()
-    assert old in text, path
-    replace_file(path, text.replace(old, new, 1).encode())
-
-
 def test_real_release_hand_edits_survive_a_reinstall_through_the_patch_directory(real, tmp_path):
     """The issue's story on the real files: edits to envs.py (no codemod touches it) and to marlin_utils.py
     (a built-in patches it), captured, then a reinstall, then apply --patch-dir brings both back."""
@@ -456,32 +407,10 @@ def test_real_release_patch_for_another_range_is_out_of_range_and_a_stale_one_co
 
 # -- patch sets from other packages: the entry-point group gptoss_patch.patches ----------------------
 
-EXAMPLE = Path(__file__).parents[2] / "examples" / "gptoss-patch-example-plugin"
-
-
-def plugin_env(tmp_path: Path) -> dict[str, str]:
-    """The example package importable, plus a dist-info that declares it and a broken second entry point."""
-    dist = tmp_path / "plugins" / "gptoss_example_patches-0.1.0.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: gptoss-example-patches\nVersion: 0.1.0\n")
-    (dist / "entry_points.txt").write_text(
-        "[gptoss_patch.patches]\n"
-        "example_envs_marker = gptoss_example_patches.example_envs_marker\n"
-        "broken_one = gptoss_example_patches.no_such_module\n"
-    )
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLE / "src"), str(tmp_path / "plugins")])}
-
-
-def tool(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    import sys
-
-    return subprocess.run([sys.executable, "-m", "gptoss_patch", *args], capture_output=True, text=True, env=env, timeout=120)
-
-
 def test_a_plugin_patch_set_is_listed_with_its_origin_applied_like_a_built_in_and_a_broken_one_is_one_line(site, tmp_path):
     inst, venv, wheel, patches = site
     env = plugin_env(tmp_path)
-    listed = tool(env, "list", "--json")
+    listed = run_process("list", "--json", env=env)
     assert listed.returncode == 0, listed.stderr
     origins = {p["id"]: p["origin"] for p in json.loads(listed.stdout)}
     assert origins["example_envs_marker"] == "plugin gptoss-example-patches 0.1.0"
@@ -491,13 +420,13 @@ def test_a_plugin_patch_set_is_listed_with_its_origin_applied_like_a_built_in_an
         "warning: plugin gptoss-example-patches 0.1.0: patch 'broken_one' (gptoss_example_patches.no_such_module) "
         "cannot be imported: ModuleNotFoundError: No module named 'gptoss_example_patches.no_such_module'"
     ]
-    status = tool(env, "status", "--venv", str(venv), "--json")
-    assert {p["id"]: p["state"] for p in json.loads(status.stdout)["patches"]}["example_envs_marker"] == "pending"
-    applied = tool(env, "apply", "--venv", str(venv))
+    status = run_process("status", "--venv", str(venv), "--json", env=env)
+    assert states(status)["example_envs_marker"] == "pending"
+    applied = run_process("apply", "--venv", str(venv), env=env)
     assert applied.returncode == 0, applied.stderr
     assert "GPTOSS_EXAMPLE_PATCHES = True" in (inst.site_packages / ENVS_REL).read_text()
     assert "Patched vllm/envs.py (example_envs_marker)" in applied.stderr
-    assert tool(env, "revert", "--venv", str(venv), "--only", "example_envs_marker").returncode == 0
+    assert run_process("revert", "--venv", str(venv), "--only", "example_envs_marker", env=env).returncode == 0
     assert (inst.site_packages / ENVS_REL).read_text() == ENVS
 
 
@@ -505,7 +434,7 @@ def test_a_patch_whose_plugin_was_removed_is_orphaned_and_its_printed_fix_revert
     """Applied from a plugin, then the plugin uninstalled: status says orphaned (exit 1) with the fix, audit counts
     it, and the fix, run as printed, restores the original bytes from the ledger (issue #36, item 2)."""
     inst, venv, wheel, patches = site
-    assert tool(plugin_env(tmp_path), "apply", "--venv", str(venv)).returncode == 0  # this process has no plugin
+    assert run_process("apply", "--venv", str(venv), env=plugin_env(tmp_path)).returncode == 0  # this process has no plugin
     assert "GPTOSS_EXAMPLE_PATCHES = True" in (inst.site_packages / ENVS_REL).read_text()
     result = run("status", "--venv", str(venv), "--json")
     assert result.exit_code == 1
@@ -526,7 +455,7 @@ def test_a_patch_whose_plugin_was_removed_is_orphaned_and_its_printed_fix_revert
 
 def test_a_plain_revert_takes_out_an_orphaned_patch_too(site, tmp_path):
     inst, venv, wheel, patches = site
-    assert tool(plugin_env(tmp_path), "apply", "--venv", str(venv)).returncode == 0
+    assert run_process("apply", "--venv", str(venv), env=plugin_env(tmp_path)).returncode == 0
     result = run("revert", "--venv", str(venv))
     assert result.exit_code == 0, result.stderr
     assert "Reverted vllm/envs.py (example_envs_marker)" in result.stderr
@@ -545,9 +474,9 @@ def test_hook_install_refuses_an_orphaned_patch_with_the_fix_and_writes_nothing(
     prints the fix; the fix, run as printed, lets the next `hook install` through."""
     inst, venv, wheel, patches = site
     env = plugin_env(tmp_path)
-    assert tool(env, "apply", "--venv", str(venv)).returncode == 0
+    assert run_process("apply", "--venv", str(venv), env=env).returncode == 0
     if hooked:
-        assert tool(env, "hook", "install", "--venv", str(venv)).returncode == 0
+        assert run_process("hook", "install", "--venv", str(venv), env=env).returncode == 0
     before = tree_bytes(inst.site_packages)
     result = run("hook", "install", "--venv", str(venv))  # this process has no plugin
     assert result.exit_code == 5, result.stderr
@@ -623,7 +552,7 @@ def test_revert_of_one_user_patch_replays_the_others_on_the_same_file(site):
     assert "# first" in path.read_text() and "# second" in path.read_text()
     result = run("revert", "--venv", str(venv), "--only", "a-first", "--json")
     assert result.exit_code == 0, result.stderr
-    assert {p["id"]: p["state"] for p in json.loads(result.stdout)["patches"]}["a-first"] == "pending"
+    assert states(result)["a-first"] == "pending"
     assert "# first" not in path.read_text() and "# second" in path.read_text()
     got = states(venv, "--patch-dir", str(patches))
     assert got["b-second"] == "applied" and got["marlin_atomic_add_sm121"] == "applied" and got["a-first"] == "pending"

@@ -17,11 +17,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from gptoss_patch import target
-from gptoss_patch.cli import app
 from tests.support import fakesite, harness
+from tests.support.cli import run, states
 from tests.support.markers import needs
 from tests.support.upstream import fresh_install, replace_file, site_packages, wheel_path
 
@@ -30,7 +29,6 @@ SERVING = "vllm/entrypoints/openai/chat_completion/serving.py"
 MARLIN = "vllm/model_executor/layers/quantization/utils/marlin_utils.py"
 DRIVER = Path(__file__).parents[1] / "support" / "hook_driver.py"
 MARK = "@@ "
-runner = CliRunner()
 
 
 class Driver:
@@ -88,7 +86,7 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def ids(venv: Path) -> list[str]:
     """The patches vLLM 0.17.1 needs (derived, like the patch set itself: new patches join by themselves)."""
     pristine(venv)
-    found = sorted(i for i, state in states(venv).items() if state == "pending")
+    found = sorted(i for i, state in states(venv, by_python=True).items() if state == "pending")
     assert {"harmony_instructions", "marlin_atomic_add_sm121"} <= set(found)
     return found
 
@@ -100,22 +98,14 @@ def driver(venv: Path, tmp_path_factory: pytest.TempPathFactory):
     proc.close()
 
 
-def cli(venv: Path, *args: str):
-    return runner.invoke(app, [*args, "--python", str(venv / "bin" / "python")])
-
-
-def states(venv: Path) -> dict[str, str]:
-    return {p["id"]: p["state"] for p in json.loads(cli(venv, "status", "--json").stdout)["patches"]}
-
-
 def pristine(venv: Path) -> None:
-    assert cli(venv, "revert", "--force").exit_code == 0
+    assert run("revert", "--force", venv=venv, by_python=True).exit_code == 0
 
 
 def patched(venv: Path, mode: str = "fail") -> None:
     pristine(venv)
-    assert cli(venv, "apply").exit_code == 0
-    result = cli(venv, "hook", "install", "--mode", mode)
+    assert run("apply", venv=venv, by_python=True).exit_code == 0
+    result = run("hook", "install", "--mode", mode, venv=venv, by_python=True)
     assert result.exit_code == 0, result.stderr
 
 
@@ -156,18 +146,19 @@ def tree(venv: Path) -> set[tuple[str, int]]:
 
 
 def test_uninstall_leaves_no_trace_and_vllm_loads_without_it(venv, driver, ids):
-    cli(venv, "hook", "uninstall")
+    run("hook", "uninstall", venv=venv, by_python=True)
     pristine(venv)  # the module's venv is shared: other tests may have left it patched
     warm = driver.load()  # vLLM's own first-load bytecode is written before the snapshot
     assert warm["outcome"] == "ok" and warm["logs"] == []
     before = tree(venv)
 
-    assert cli(venv, "hook", "install", "--mode", "warn").exit_code == 1  # installed; patches pending
+    installed = run("hook", "install", "--mode", "warn", venv=venv, by_python=True)
+    assert installed.exit_code == 1  # installed; patches pending
     loaded = driver.load()
     assert loaded["outcome"] == "ok" and f"lacks patches {', '.join(ids)}; continuing (mode warn)" in only_line(loaded, "WARNING")
     assert fingerprint_of(loaded).startswith("0.17.1:none:")
     assert any(p.name.startswith("gptoss_patch_hook.") for p in (site_packages(venv) / "__pycache__").iterdir())
-    removed = cli(venv, "hook", "uninstall")
+    removed = run("hook", "uninstall", venv=venv, by_python=True)
 
     assert removed.exit_code == 0 and "Removed" in removed.stderr
     assert tree(venv) == before
@@ -176,7 +167,7 @@ def test_uninstall_leaves_no_trace_and_vllm_loads_without_it(venv, driver, ids):
 
 def test_patched_tree_starts_in_every_mode_and_logs_one_fingerprint(venv, driver, ids):
     patched(venv)
-    expected = json.loads(cli(venv, "hook", "status", "--json").stdout)["check"]["fingerprint"]
+    expected = json.loads(run("hook", "status", "--json", venv=venv, by_python=True).stdout)["check"]["fingerprint"]
     for mode in ("fail", "warn", "apply"):
         answer = driver.load(mode)
         assert answer["outcome"] == "ok", answer
@@ -226,10 +217,10 @@ def test_hand_modified_tree(venv, driver):
 
 def test_force_reinstalled_tree(venv, driver, ids):
     patched(venv)
-    good = json.loads(cli(venv, "hook", "status", "--json").stdout)["check"]["fingerprint"]
+    good = json.loads(run("hook", "status", "--json", venv=venv, by_python=True).stdout)["check"]["fingerprint"]
     pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q", "--no-deps"]
     subprocess.run([*pip, "--force-reinstall", "--no-compile", str(wheel_path(VERSION))], check=True, capture_output=True)
-    assert sorted(i for i, state in states(venv).items() if state == "pending") == ids
+    assert sorted(i for i, state in states(venv, by_python=True).items() if state == "pending") == ids
     assert sorted(hook_state(venv)["patches"]) == ids  # the expectation survived the reinstall
 
     failed = driver.load("fail")
@@ -245,14 +236,14 @@ def test_force_reinstalled_tree(venv, driver, ids):
     late = driver.load("apply", imported=[SERVING.removesuffix(".py").replace("/", ".")])
     assert late["outcome"] == "exit"
     assert "this process had already imported vllm.entrypoints.openai.chat_completion.serving; fix: start vLLM again" in only_line(late, "ERROR")
-    assert states(venv)["harmony_instructions"] == "applied"
+    assert states(venv, by_python=True)["harmony_instructions"] == "applied"
 
     pristine(venv)  # back to what the reinstall left
     healed = driver.load("apply")
     assert healed["outcome"] == "ok", healed["logs"]
     assert any(f"re-applied {SERVING}" in line for line in lines(healed, "INFO"))
     assert fingerprint_of(healed) == good  # the same bytes as the first apply
-    assert states(venv)["marlin_atomic_add_sm121"] == "applied"
+    assert states(venv, by_python=True)["marlin_atomic_add_sm121"] == "applied"
 
 
 def test_apply_mode_on_read_only_site_packages_refuses_and_writes_nothing(venv, driver, ids):
@@ -267,7 +258,7 @@ def test_apply_mode_on_read_only_site_packages_refuses_and_writes_nothing(venv, 
     assert answer["outcome"] == "exit"
     line = only_line(answer, "ERROR")
     assert f"lacks patches {', '.join(ids)}; mode apply cannot re-apply: " in line and " is not writable (read-only or permissions); " in line
-    assert states(venv)["harmony_instructions"] == "pending"
+    assert states(venv, by_python=True)["harmony_instructions"] == "pending"
 
 
 def test_apply_mode_with_no_gptoss_patch_anywhere_says_so(venv, driver):
@@ -277,7 +268,7 @@ def test_apply_mode_with_no_gptoss_patch_anywhere_says_so(venv, driver):
     answer = driver.load()
     assert answer["outcome"] == "exit"
     assert "gptoss-patch is not importable here and the interpreter that installed the hook (/nonexistent/bin/python) is gone" in only_line(answer, "ERROR")
-    assert states(venv)["harmony_instructions"] == "pending"
+    assert states(venv, by_python=True)["harmony_instructions"] == "pending"
 
 
 @pytest.mark.parametrize(
@@ -340,13 +331,13 @@ def test_vllm_cli_refuses_then_re_applies_and_re_executes(venv, ids, tmp_path):
     refusal = [ln for ln in refused.stdout.splitlines() if "refusing to start" in ln][0]
     assert refusal.endswith(f"lacks patches {', '.join(ids)}; fix: gptoss-patch apply --python {argv[0]}")
 
-    assert cli(venv, "hook", "install", "--mode", "apply").exit_code == 1  # installed; the patches still pending
+    assert run("hook", "install", "--mode", "apply", venv=venv, by_python=True).exit_code == 1  # installed; the patches still pending
     healed = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
     assert healed.returncode == 0, healed.stdout[-2000:]
     assert "was imported before the re-apply; re-executing" in healed.stdout
     assert healed.stdout.count(f"gptoss-patch: fingerprint 0.17.1:{'+'.join(ids)}:") == 1
     assert "usage:" in healed.stdout
-    assert states(venv)["marlin_atomic_add_sm121"] == "applied"
+    assert states(venv, by_python=True)["marlin_atomic_add_sm121"] == "applied"
     pristine(venv)
 
 
@@ -366,25 +357,25 @@ def hook_files(venv: Path) -> list[str]:
 
 
 def test_install_status_uninstall_round_trip(nodeps):
-    assert cli(nodeps, "hook", "status").exit_code == 1
-    pending = sorted(i for i, state in states(nodeps).items() if state == "pending")
-    installed = cli(nodeps, "hook", "install")
+    assert run("hook", "status", venv=nodeps, by_python=True).exit_code == 1
+    pending = sorted(i for i, state in states(nodeps, by_python=True).items() if state == "pending")
+    installed = run("hook", "install", venv=nodeps, by_python=True)
     assert installed.exit_code == 1  # installed, but the patches are still pending
     assert f"fix: gptoss-patch apply --python {nodeps / 'bin' / 'python'}" in installed.stderr
     compiled = f"gptoss_patch_hook.{sys.implementation.cache_tag}.pyc"  # precompiled: processes never compile it
     assert hook_files(nodeps) == sorted(["gptoss_patch_hook-0.1.0.dist-info", compiled, "gptoss_patch_hook.json", "gptoss_patch_hook.py"])
-    assert cli(nodeps, "apply").exit_code == 0
-    report = json.loads(cli(nodeps, "hook", "status", "--json").stdout)
+    assert run("apply", venv=nodeps, by_python=True).exit_code == 0
+    report = json.loads(run("hook", "status", "--json", venv=nodeps, by_python=True).stdout)
     assert report["ok"] and report["mode"] == "fail" and report["expected_patches"] == pending
-    assert cli(nodeps, "hook", "uninstall").exit_code == 0
+    assert run("hook", "uninstall", venv=nodeps, by_python=True).exit_code == 0
     assert hook_files(nodeps) == []
-    again = cli(nodeps, "hook", "uninstall")
+    again = run("hook", "uninstall", venv=nodeps, by_python=True)
     assert again.exit_code == 0 and "(it was not)" in again.stderr
 
 
 def test_the_hook_is_a_complete_distribution_for_pip(nodeps):
-    cli(nodeps, "apply")
-    assert cli(nodeps, "hook", "install").exit_code == 0
+    run("apply", venv=nodeps, by_python=True)
+    assert run("hook", "install", venv=nodeps, by_python=True).exit_code == 0
     info = next(site_packages(nodeps).glob("gptoss_patch_hook-*.dist-info"))
     wheel = dict(line.split(": ", 1) for line in (info / "WHEEL").read_text().splitlines())
     pip = [sys.executable, "-m", "pip", "--python", str(nodeps / "bin" / "python")]
@@ -396,38 +387,38 @@ def test_the_hook_is_a_complete_distribution_for_pip(nodeps):
 
 
 def test_pip_uninstall_of_the_hook_distribution_removes_it_too(nodeps):
-    cli(nodeps, "apply")
-    assert cli(nodeps, "hook", "install").exit_code == 0
+    run("apply", venv=nodeps, by_python=True)
+    assert run("hook", "install", venv=nodeps, by_python=True).exit_code == 0
     pip = [sys.executable, "-m", "pip", "--python", str(nodeps / "bin" / "python")]
     subprocess.run([*pip, "uninstall", "-y", "gptoss-patch-hook"], check=True, capture_output=True)
     assert hook_files(nodeps) == []
 
 
 def test_install_with_skip_expects_only_the_rest_and_keeps_it_on_refresh(nodeps):
-    cli(nodeps, "apply", "--skip", "harmony_instructions")
-    assert cli(nodeps, "hook", "install", "--skip", "harmony_instructions", "--mode", "warn").exit_code == 0
-    assert cli(nodeps, "hook", "install").exit_code == 0  # a refresh keeps the selection and the mode
-    report = json.loads(cli(nodeps, "hook", "status", "--json").stdout)
+    run("apply", "--skip", "harmony_instructions", venv=nodeps, by_python=True)
+    assert run("hook", "install", "--skip", "harmony_instructions", "--mode", "warn", venv=nodeps, by_python=True).exit_code == 0
+    assert run("hook", "install", venv=nodeps, by_python=True).exit_code == 0  # a refresh keeps the selection and the mode
+    report = json.loads(run("hook", "status", "--json", venv=nodeps, by_python=True).stdout)
     assert "harmony_instructions" not in report["expected_patches"] and "marlin_atomic_add_sm121" in report["expected_patches"]
     assert report["mode"] == "warn" and report["ok"]
 
 
 def test_install_invalid_mode_is_a_usage_error(nodeps):
-    result = cli(nodeps, "hook", "install", "--mode", "sometimes")
+    result = run("hook", "install", "--mode", "sometimes", venv=nodeps, by_python=True)
     assert result.exit_code == 2 and result.stderr.startswith("error: --mode sometimes: expected one of fail, apply, warn")
     assert hook_files(nodeps) == []
 
 
 def test_invalid_mode_is_a_usage_error_before_any_target_lookup(tmp_path):
-    result = runner.invoke(app, ["hook", "install", "--mode", "bogus", "--python", str(tmp_path / "no-such-python")])
+    result = run("hook", "install", "--mode", "bogus", "--python", str(tmp_path / "no-such-python"))
     assert result.exit_code == 2 and result.stderr.startswith("error: --mode bogus: expected one of fail, apply, warn")
 
 
 def test_install_over_an_untrusted_ledger_creates_nothing(nodeps):
-    cli(nodeps, "apply")
+    run("apply", venv=nodeps, by_python=True)
     ledger = next(site_packages(nodeps).glob("vllm-*.dist-info")) / "gptoss_patch" / "ledger.json"
     replace_file(ledger, b'{"format": 1, "vllm_version": "0.16.0", "files": {}}')
-    result = cli(nodeps, "hook", "install")
+    result = run("hook", "install", venv=nodeps, by_python=True)
     assert result.exit_code == 5 and "cannot be trusted: it describes vllm 0.16.0" in result.stderr
     assert hook_files(nodeps) == []
 
@@ -436,7 +427,7 @@ def run_fix(line: str):
     """Run a `gptoss-patch ...` command line the tool recommended, in this process."""
     words = shlex.split(line)
     assert words[0] == "gptoss-patch", line
-    return runner.invoke(app, words[1:])
+    return run(*words[1:])
 
 
 def fix_lines(stderr: str) -> list[str]:
@@ -447,12 +438,13 @@ def fix_lines(stderr: str) -> list[str]:
 
 def test_hook_status_on_an_untrusted_ledger_recommends_a_fix_that_works(nodeps):
     python = nodeps / "bin" / "python"
-    assert cli(nodeps, "apply").exit_code == 0 and cli(nodeps, "hook", "install").exit_code == 0
+    assert run("apply", venv=nodeps, by_python=True).exit_code == 0
+    assert run("hook", "install", venv=nodeps, by_python=True).exit_code == 0
     ledger = next(site_packages(nodeps).glob("vllm-*.dist-info")) / "gptoss_patch" / "ledger.json"
     replace_file(ledger, b"{not json")
-    assert cli(nodeps, "revert", "--force").exit_code == 5  # what it recommended before: refused, every time
+    assert run("revert", "--force", venv=nodeps, by_python=True).exit_code == 5  # what it recommended before: refused, every time
 
-    status = cli(nodeps, "hook", "status")
+    status = run("hook", "status", venv=nodeps, by_python=True)
     fix = next(line for line in status.stderr.splitlines() if line.startswith("fix: "))[len("fix: "):]
     assert status.exit_code == 1 and "revert --force" not in fix
     reinstall, _, then = fix.partition(", then ")
@@ -462,12 +454,13 @@ def test_hook_status_on_an_untrusted_ledger_recommends_a_fix_that_works(nodeps):
     subprocess.run([*pip, str(wheel_path(VERSION))], check=True, capture_output=True)
     applied = run_fix(then)
     assert applied.exit_code == 0, applied.stderr
-    assert cli(nodeps, "hook", "status").exit_code == 0
+    assert run("hook", "status", venv=nodeps, by_python=True).exit_code == 0
 
 
 def test_revert_warns_when_a_fail_hook_will_refuse_and_each_fix_it_offers_works(nodeps):
-    assert cli(nodeps, "apply").exit_code == 0 and cli(nodeps, "hook", "install").exit_code == 0
-    partial = cli(nodeps, "revert", "--only", "harmony_instructions")
+    assert run("apply", venv=nodeps, by_python=True).exit_code == 0
+    assert run("hook", "install", venv=nodeps, by_python=True).exit_code == 0
+    partial = run("revert", "--only", "harmony_instructions", venv=nodeps, by_python=True)
     assert partial.exit_code == 0, partial.stderr
     assert (f"warning: the gptoss-patch hook in {site_packages(nodeps)} (mode fail) expects harmony_instructions: "
             "it now refuses every vLLM start") in partial.stderr
@@ -476,36 +469,36 @@ def test_revert_warns_when_a_fail_hook_will_refuse_and_each_fix_it_offers_works(
     assert narrower.endswith(" --skip harmony_instructions")
     installed = run_fix(narrower)  # expect only what is still applied
     assert installed.exit_code == 0, installed.stderr
-    assert cli(nodeps, "hook", "status").exit_code == 0
+    assert run("hook", "status", venv=nodeps, by_python=True).exit_code == 0
 
-    everything = cli(nodeps, "revert")
+    everything = run("revert", venv=nodeps, by_python=True)
     assert everything.exit_code == 0 and "it now refuses every vLLM start" in everything.stderr
     apply_again, uninstall = fix_lines(everything.stderr)  # nothing left to expect: no narrower install
     assert apply_again.endswith(" --skip harmony_instructions")  # the hook's recorded selection
-    assert run_fix(apply_again).exit_code == 0 and cli(nodeps, "hook", "status").exit_code == 0
+    assert run_fix(apply_again).exit_code == 0 and run("hook", "status", venv=nodeps, by_python=True).exit_code == 0
 
-    again = cli(nodeps, "revert")
+    again = run("revert", venv=nodeps, by_python=True)
     assert "refuses every vLLM start" in again.stderr
     assert run_fix(fix_lines(again.stderr)[-1]).exit_code == 0  # hook uninstall
-    assert cli(nodeps, "apply").exit_code == 0
-    quiet = cli(nodeps, "revert")  # no hook: nothing to warn about
+    assert run("apply", venv=nodeps, by_python=True).exit_code == 0
+    quiet = run("revert", venv=nodeps, by_python=True)  # no hook: nothing to warn about
     assert quiet.exit_code == 0 and "hook" not in quiet.stderr
 
 
 def test_revert_says_nothing_about_a_warn_hook_and_warns_that_an_apply_hook_re_applies(nodeps):
-    assert cli(nodeps, "apply").exit_code == 0
-    assert cli(nodeps, "hook", "install", "--mode", "warn").exit_code == 0
-    assert "hook" not in cli(nodeps, "revert").stderr
-    assert cli(nodeps, "apply").exit_code == 0
-    assert cli(nodeps, "hook", "install", "--mode", "apply").exit_code == 0
-    reverted = cli(nodeps, "revert", "--only", "harmony_instructions")
+    assert run("apply", venv=nodeps, by_python=True).exit_code == 0
+    assert run("hook", "install", "--mode", "warn", venv=nodeps, by_python=True).exit_code == 0
+    assert "hook" not in run("revert", venv=nodeps, by_python=True).stderr
+    assert run("apply", venv=nodeps, by_python=True).exit_code == 0
+    assert run("hook", "install", "--mode", "apply", venv=nodeps, by_python=True).exit_code == 0
+    reverted = run("revert", "--only", "harmony_instructions", venv=nodeps, by_python=True)
     assert "(mode apply) expects harmony_instructions: it will re-apply them at the next vLLM start" in reverted.stderr
 
 
 def test_install_refuses_a_drifted_patch_and_creates_nothing(nodeps):
     target = site_packages(nodeps) / SERVING
     replace_file(target, target.read_bytes().replace(b"        messages.append(sys_msg)\n", b""))
-    result = cli(nodeps, "hook", "install")
+    result = run("hook", "install", venv=nodeps, by_python=True)
     # A hand edit that makes a patch drift: refused as a file that is not what vLLM installed (with the way to keep
     # the edit), not as a drift to --skip.
     assert result.exit_code == 3 and f"{SERVING} is not the file vllm 0.17.1 installed" in result.stderr
@@ -539,8 +532,8 @@ def test_user_patches_are_expected_named_in_the_refusal_and_re_applied_in_apply_
     diff = "".join(difflib.unified_diff(text.splitlines(True), new.splitlines(True), f"a/{MARLIN}", f"b/{MARLIN}"))
     (patches / "site-local.diff").write_text("# vllm: ==0.17.1\n" + diff)
     try:
-        assert cli(venv, "apply", "--patch-dir", str(patches)).exit_code == 0
-        result = cli(venv, "hook", "install", "--mode", "fail", "--patch-dir", str(patches))
+        assert run("apply", "--patch-dir", str(patches), venv=venv, by_python=True).exit_code == 0
+        result = run("hook", "install", "--mode", "fail", "--patch-dir", str(patches), venv=venv, by_python=True)
         assert result.exit_code == 0, result.stderr
         patched_bytes = path.read_bytes()
         pristine(venv)  # what a reinstall leaves behind: original bytes, no ledger
@@ -556,7 +549,7 @@ def test_user_patches_are_expected_named_in_the_refusal_and_re_applied_in_apply_
         assert path.read_bytes() == patched_bytes  # the user's line and the built-in, as after the first apply
         assert driver.load("fail")["outcome"] == "ok"
     finally:
-        cli(venv, "hook", "uninstall")  # the recorded patch directory must not reach the other tests
+        run("hook", "uninstall", venv=venv, by_python=True)  # the recorded patch directory must not reach the other tests
         pristine(venv)
 
 
@@ -573,9 +566,9 @@ def test_a_user_patch_that_creates_a_module_comes_back_in_apply_mode_after_a_rei
         f"# vllm: ==0.17.1\ndiff --git a/{rel} b/{rel}\nnew file mode 100644\n--- /dev/null\n+++ b/{rel}\n@@ -0,0 +1 @@\n+{text}"
     )
     try:
-        assert cli(venv, "apply", "--patch-dir", str(patches)).exit_code == 0
+        assert run("apply", "--patch-dir", str(patches), venv=venv, by_python=True).exit_code == 0
         assert path.read_text() == text
-        result = cli(venv, "hook", "install", "--mode", "fail", "--patch-dir", str(patches))
+        result = run("hook", "install", "--mode", "fail", "--patch-dir", str(patches), venv=venv, by_python=True)
         assert result.exit_code == 0, result.stderr
         assert driver.load("fail")["outcome"] == "ok"
         pristine(venv)  # what a reinstall leaves behind: no new file, no ledger
@@ -586,7 +579,7 @@ def test_a_user_patch_that_creates_a_module_comes_back_in_apply_mode_after_a_rei
         assert path.read_text() == text
         assert driver.load("fail")["outcome"] == "ok"
     finally:
-        cli(venv, "hook", "uninstall")
+        run("hook", "uninstall", venv=venv, by_python=True)
         pristine(venv)
     assert not path.exists()
 
@@ -601,34 +594,35 @@ def fake(tmp_path: Path) -> Path:
 
 
 def test_install_on_an_unpatched_venv_says_vllm_now_refuses_to_start_and_its_fix_works(fake):
-    installed = cli(fake, "hook", "install")
+    installed = run("hook", "install", venv=fake, by_python=True)
     assert installed.exit_code == 1
     assert (f"warning: vLLM in {site_packages(fake)} now refuses to start (hook mode fail) until the fix below is run; "
             "`hook install --mode warn` only logs instead") in installed.stderr
     fix = next(line for line in installed.stderr.splitlines() if line.startswith("fix: ")).removeprefix("fix: ")
     assert run_fix(fix).exit_code == 0
-    assert cli(fake, "hook", "status").exit_code == 0
-    again = cli(fake, "hook", "install")  # nothing missing: nothing to warn about
+    assert run("hook", "status", venv=fake, by_python=True).exit_code == 0
+    again = run("hook", "install", venv=fake, by_python=True)  # nothing missing: nothing to warn about
     assert again.exit_code == 0 and "refuses to start" not in again.stderr
 
 
 def test_install_over_a_modified_patch_advises_revert_force_only_and_the_advice_works(fake):
-    assert cli(fake, "apply").exit_code == 0
+    assert run("apply", venv=fake, by_python=True).exit_code == 0
     target = site_packages(fake) / MARLIN
     target.write_text(target.read_text() + "# a later edit\n")
-    refused = cli(fake, "hook", "install")
+    refused = run("hook", "install", venv=fake, by_python=True)
     assert refused.exit_code == 5 and "the hook was not installed" in refused.stderr and "--skip" not in refused.stderr
     hint = next(line for line in refused.stderr.splitlines() if line.startswith("hint: "))
     command = hint.split("`")[1]
     assert command.startswith("gptoss-patch revert --force --only marlin_atomic_add_sm121 --python ")
     assert run_fix(command).exit_code == 0
-    assert cli(fake, "apply").exit_code == 0 and cli(fake, "hook", "install").exit_code == 0
+    assert run("apply", venv=fake, by_python=True).exit_code == 0
+    assert run("hook", "install", venv=fake, by_python=True).exit_code == 0
 
 
 def test_install_over_a_damaged_file_advises_a_reinstall_not_skip(fake):
     target = site_packages(fake) / SERVING
     target.write_text(target.read_text().replace("        messages.append(sys_msg)\n", ""))
-    refused = cli(fake, "hook", "install")
+    refused = run("hook", "install", venv=fake, by_python=True)
     assert refused.exit_code == 3 and "the hook was not installed" in refused.stderr
     assert "reinstall vllm" in refused.stderr and "--skip harmony" not in refused.stderr.split("hint:")[1]
     assert hook_files(fake) == []

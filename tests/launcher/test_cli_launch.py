@@ -10,21 +10,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from gptoss_patch.cli import app
 from tests.launcher.conftest import MODEL, free_port, pending_summary, read_record
 from tests.support import measured
-
-cli = CliRunner()
+from tests.support.cli import run
 
 
 def venv_of(inst) -> str:
     return str(Path(inst.python).parent.parent)
-
-
-def invoke(*args: str, env: dict[str, str] | None = None):
-    return cli.invoke(app, list(args), env=env)
 
 
 def fake(tmp_path: Path, *modes: str) -> dict[str, str]:
@@ -33,7 +26,7 @@ def fake(tmp_path: Path, *modes: str) -> dict[str, str]:
 
 def serve(inst, tmp_path: Path, *args: str, modes: tuple[str, ...] = ("exit",), env: dict[str, str] | None = None):
     port = str(free_port())
-    return invoke("serve", MODEL, "--venv", venv_of(inst), "--port", port, *args, env={**fake(tmp_path, *modes), **(env or {})})
+    return run("serve", MODEL, "--venv", venv_of(inst), "--port", port, *args, env={**fake(tmp_path, *modes), **(env or {})})
 
 
 def detected(inst) -> str:
@@ -45,7 +38,7 @@ def detected(inst) -> str:
 
 def test_doctor_prints_every_check_and_exits_0_when_nothing_fails(installs):
     inst = installs["0.17.1"]
-    result = invoke("doctor", MODEL, "--venv", venv_of(inst), "--gpu", "sm121", "--port", str(free_port()))
+    result = run("doctor", MODEL, "--venv", venv_of(inst), "--gpu", "sm121", "--port", str(free_port()))
     assert result.exit_code == 0, result.stderr
     assert result.stderr.splitlines()[0] == detected(inst)
     for name in ("gpu", "patches", "env", "flags", "vocab", "security", "capture-sizes", "moe-backend", "executable", "model", "port"):
@@ -54,7 +47,7 @@ def test_doctor_prints_every_check_and_exits_0_when_nothing_fails(installs):
 
 def test_doctor_json_has_checks_settings_and_the_command(installs):
     inst = installs["0.33.0"]
-    result = invoke("doctor", "--venv", venv_of(inst), "--gpu", "sm121", "--concurrency", "5,10", "--json", "--port", str(free_port()))
+    result = run("doctor", "--venv", venv_of(inst), "--gpu", "sm121", "--concurrency", "5,10", "--json", "--port", str(free_port()))
     payload = json.loads(result.stdout)
     assert result.exit_code == 0 and payload["ok"] is True
     assert payload["vllm"]["version"] == "0.33.0" and payload["profile"] == {"name": "sm121", "source": "--gpu"}
@@ -67,27 +60,27 @@ def test_doctor_json_has_checks_settings_and_the_command(installs):
 def test_doctor_says_which_instructions_placement_the_server_uses_and_what_system_drops(installs):
     inst = installs["0.17.1"]
     base = ("doctor", "--venv", venv_of(inst), "--port", str(free_port()))
-    plain = invoke(*base)
+    plain = run(*base)
     assert "│ instructions " in plain.stdout and "developer (VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS unset" in plain.stdout
-    chosen = invoke(*base, "--instructions", "system", "--json")
+    chosen = run(*base, "--instructions", "system", "--json")
     payload = json.loads(chosen.stdout)
     row = next(c for c in payload["checks"] if c["name"] == "instructions")
     assert chosen.exit_code == 0 and payload["env"]["VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS"] == "1"
     assert row["status"] == "warn" and "a developer message after a system message) is rendered empty" in row["message"]
-    bad = invoke(*base, "--instructions", "user")
+    bad = run(*base, "--instructions", "user")
     assert bad.exit_code == 2 and bad.stderr.startswith("error: --instructions user: expected one of developer, system")
 
 
 def test_doctor_exits_1_on_a_variable_vllm_does_not_read(installs):
     inst = installs["0.17.1"]
-    result = invoke("doctor", "--venv", venv_of(inst), "--json", "--port", str(free_port()), env={"VLLM_MXFP4_BACKEND": "marlin"})
+    result = run("doctor", "--venv", venv_of(inst), "--json", "--port", str(free_port()), env={"VLLM_MXFP4_BACKEND": "marlin"})
     assert result.exit_code == 1
     failed = [c for c in json.loads(result.stdout)["checks"] if c["status"] == "fail"]
     assert [(c["name"], c["fix"]) for c in failed] == [("env", "use VLLM_MXFP4_USE_MARLIN=1 instead")]
 
 
 def doctor_json(inst, *args: str, port: int | None = None) -> dict:
-    result = invoke("doctor", "openai/gpt-oss-120b", "--venv", venv_of(inst), "--json", "--port", str(port or free_port()), *args)
+    result = run("doctor", "openai/gpt-oss-120b", "--venv", venv_of(inst), "--json", "--port", str(port or free_port()), *args)
     assert result.exit_code == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -120,7 +113,7 @@ def test_doctor_fast_moe_on_sm121_changes_nothing_and_says_so(installs):
 
 @pytest.mark.parametrize("command", ["serve", "doctor", "bench", "numerics"])
 def test_deterministic_is_gone(command):
-    result = invoke(command, MODEL, "--deterministic")
+    result = run(command, MODEL, "--deterministic")
     assert result.exit_code == 2 and "No such option '--deterministic'" in result.stderr
 
 
@@ -146,7 +139,7 @@ def test_port_in_use_is_one_error_line_and_nothing_starts(installs, tmp_path):
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        result = invoke("serve", MODEL, "--venv", venv_of(inst), "--port", str(port), env=fake(tmp_path, "exit"))
+        result = run("serve", MODEL, "--venv", venv_of(inst), "--port", str(port), env=fake(tmp_path, "exit"))
     assert result.exit_code == 2
     assert result.stderr.splitlines() == [
         detected(inst),
@@ -156,7 +149,7 @@ def test_port_in_use_is_one_error_line_and_nothing_starts(installs, tmp_path):
 
 
 def test_a_missing_model_path_is_one_error_line(installs, tmp_path):
-    result = invoke("serve", "./models/nope", "--venv", venv_of(installs["0.17.1"]), env=fake(tmp_path, "exit"))
+    result = run("serve", "./models/nope", "--venv", venv_of(installs["0.17.1"]), env=fake(tmp_path, "exit"))
     assert result.exit_code == 2
     assert result.stderr.splitlines()[-1].startswith("error: model path ./models/nope does not exist; check the path")
 
@@ -223,7 +216,7 @@ def test_print_script_is_valid_bash_that_starts_what_serve_would(installs, tmp_p
     inst = installs["0.17.1"]
     args = ("--gpu", "sm121", "--concurrency", "5,10", "--", "--served-model-name", "gpt oss")
     port = str(free_port())
-    script = invoke("serve", MODEL, "--venv", venv_of(inst), "--port", port, *args[:4], "--print-script", *args[4:], env=fake(tmp_path))
+    script = run("serve", MODEL, "--venv", venv_of(inst), "--port", port, *args[:4], "--print-script", *args[4:], env=fake(tmp_path))
     assert script.exit_code == 0, script.stderr
     text = script.stdout
     assert text.startswith("#!/usr/bin/env bash\n") and "# SM12x: pin the MXFP4 MoE kernel to Marlin" in text
@@ -231,7 +224,7 @@ def test_print_script_is_valid_bash_that_starts_what_serve_would(installs, tmp_p
     subprocess.run(["bash", "-n", str(tmp_path / "serve.sh")], check=True)
     env = {**os.environ, **fake(tmp_path, "exit")}
     subprocess.run(["bash", str(tmp_path / "serve.sh")], env=env, check=True, capture_output=True)
-    dry = invoke("serve", MODEL, "--venv", venv_of(inst), "--port", port, *args[:4], "--dry-run", *args[4:], env=fake(tmp_path))
+    dry = run("serve", MODEL, "--venv", venv_of(inst), "--port", port, *args[:4], "--dry-run", *args[4:], env=fake(tmp_path))
     assert read_record(tmp_path / "record.json")["argv"] == shlex.split(dry.stdout.splitlines()[-1])[1:]
     assert read_record(tmp_path / "record.json")["env"]["VLLM_MXFP4_USE_MARLIN"] == "1"
 
@@ -274,7 +267,7 @@ def test_serve_smoke_failure_stops_vllm_and_exits_1(installs, tmp_path):
 
 def test_smoke_passes_against_a_healthy_server(fake_server):
     url = fake_server()
-    result = invoke("smoke", url)
+    result = run("smoke", url)
     assert result.exit_code == 0, result.stdout
     assert result.stderr.splitlines()[0] == f"Smoke canary: {url} (model {MODEL})"
     for name in ("http", "content", "finish_reason", "repetition", "instruction", "throughput"):
@@ -286,7 +279,7 @@ def test_smoke_passes_against_a_healthy_server(fake_server):
     ("ignore-system", {"instruction"}),
 ])  # fmt: skip
 def test_smoke_fails_on_each_bad_behaviour(fake_server, mode, failing):
-    result = invoke("smoke", fake_server(mode), "--json")
+    result = run("smoke", fake_server(mode), "--json")
     payload = json.loads(result.stdout)
     assert result.exit_code == 1 and payload["ok"] is False
     assert {c["name"] for c in payload["checks"] if c["status"] == "fail"} == failing
@@ -294,19 +287,19 @@ def test_smoke_fails_on_each_bad_behaviour(fake_server, mode, failing):
 
 def test_smoke_uses_the_api_key_from_the_environment(fake_server):
     url = fake_server(extra=("--api-key", "k1"))
-    assert invoke("smoke", url).exit_code == 1  # 401 without it
-    assert invoke("smoke", url, env={"VLLM_API_KEY": "k1"}).exit_code == 0
+    assert run("smoke", url).exit_code == 1  # 401 without it
+    assert run("smoke", url, env={"VLLM_API_KEY": "k1"}).exit_code == 0
 
 
 def test_smoke_rejects_a_non_url_in_one_line():
-    result = invoke("smoke", "localhost:8000")
+    result = run("smoke", "localhost:8000")
     assert (result.exit_code, result.stderr) == (
         2, "error: 'localhost:8000' is not an http(s) URL; give the server's base URL, e.g. http://127.0.0.1:8000\n",
     )  # fmt: skip
 
 
 def test_smoke_reports_an_unreachable_server_as_a_failed_check():
-    result = invoke("smoke", f"http://127.0.0.1:{free_port()}", "--json")
+    result = run("smoke", f"http://127.0.0.1:{free_port()}", "--json")
     payload = json.loads(result.stdout)
     assert result.exit_code == 1 and payload["checks"][0]["name"] == "http"
     assert payload["checks"][0]["message"].startswith("cannot reach http://127.0.0.1:")

@@ -10,42 +10,37 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from gptoss_patch import vocab
-from gptoss_patch.cli import app
 from tests.launcher.conftest import MODEL, free_port
 from tests.launcher.installs import build_install
+from tests.support.cli import run
 
 pytestmark = pytest.mark.upstream  # every case builds a real 0.17.1 install (build_install)
 
 Setup = Callable[[Path, Path], dict[str, str]]  # (venv, tmp_path) -> extra environment
 
 
-def invoke(args: list[str], env: dict[str, str]):
-    return CliRunner().invoke(app, args, env=env)
-
-
 def doctor_verdict(venv: Path, env: dict[str, str], check: str) -> str:
-    result = invoke(["doctor", "--venv", str(venv), "--json", "--port", str(free_port())], env)
+    result = run("doctor", "--venv", str(venv), "--json", "--port", str(free_port()), env=env)
     assert result.exit_code in (0, 1), result.output
     return next(c["status"] for c in json.loads(result.stdout)["checks"] if c["name"] == check)
 
 
 def serve_starts(venv: Path, env: dict[str, str]) -> bool:
     """`serve --dry-run` runs every refusal `serve` has (launchability, pre-flight) and starts nothing."""
-    result = invoke(["serve", MODEL, "--venv", str(venv), "--dry-run", "--port", str(free_port())], env)
+    result = run("serve", MODEL, "--venv", str(venv), "--dry-run", "--port", str(free_port()), env=env)
     assert result.exit_code in (0, 1, 4), result.output
     return result.exit_code == 0
 
 
 def vocab_for_serve(env: dict[str, str]) -> bool:
-    result = invoke(["vocab", "status", "--json"], env)
+    result = run("vocab", "status", "--json", env=env)
     return bool(json.loads(result.stdout)["serve"]["ok"])
 
 
 def patches_clean(venv: Path, env: dict[str, str]) -> bool:
-    return invoke(["status", "--venv", str(venv)], env).exit_code == 0
+    return run("status", "--venv", str(venv), env=env).exit_code == 0
 
 
 # -- setups ----------------------------------------------------------------------------------------

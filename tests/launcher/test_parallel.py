@@ -10,16 +10,15 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from click.testing import CliRunner
 from packaging.version import Version
 
-from gptoss_patch.cli import app
 from gptoss_patch.errors import TargetError, UsageError
 from gptoss_patch.launcher import memory, parallel, plan as planning, preflight, profiles, static
 from gptoss_patch.launcher.gpus import Gpu
 from gptoss_patch.launcher.results import LaunchPlan, Status
 from gptoss_patch.model.recipe import GPT_OSS_20B, GPT_OSS_120B
 from tests.launcher.recorded import facts
+from tests.support.cli import run
 from tests.support.fakes import install_fake_nvidia_smi
 
 H100 = "NVIDIA H100 80GB HBM3, 9.0, 81559"
@@ -201,7 +200,7 @@ def test_the_cli_exits_4_with_one_line_before_anything_starts(gpus, monkeypatch,
     plan = plan_for(options("openai/gpt-oss-120b", "-tp", "4", "--port", "0"), environ)
     plan = LaunchPlan(**{**plan.__dict__, "executable": exe, "installation": SimpleNamespace(reinstall_command="pip install vllm")})
     monkeypatch.setattr("gptoss_patch.launcher.prepare._plan", lambda *_args: plan)  # the target lookup: nothing to find here
-    result = CliRunner().invoke(app, ["serve", "openai/gpt-oss-120b", "--", "-tp", "4"])
+    result = run("serve", "openai/gpt-oss-120b", "--", "-tp", "4")
     assert result.exit_code == 4, result.output
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: TP 4 x DP 1 needs 4 GPUs") and "--tensor-parallel-size 2" in lines[0]

@@ -14,16 +14,15 @@ import time
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from gptoss_patch.cli import app
 from gptoss_patch.engine import ledger
 from gptoss_patch.errors import TargetError
 from gptoss_patch.launcher import prepare as preparing
 from gptoss_patch.launcher.prepare import LaunchRequest
 from tests.launcher.conftest import free_port
 from tests.support import fakesite
-from tests.support.fakes import install_fake_nvidia_smi, install_fake_vllm
+from tests.support.cli import CliResult, run
+from tests.support.fakes import ENVS, FRONTEND, install_fake_nvidia_smi, install_fake_vllm
 
 COMMANDS = ("serve", "doctor", "bench", "numerics")
 # numerics' servers only: its kernel check needs torch (and comes after the launch is prepared: the last test)
@@ -31,13 +30,6 @@ ARGS = {"serve": ("serve",), "doctor": ("doctor",), "bench": ("bench",), "numeri
 MODEL = "openai/gpt-oss-120b"
 
 # Hand-written, shaped like the statements the static readers look for (launcher/static.py); nothing from vLLM.
-ENVS = """\
-import os
-
-environment_variables: dict = {
-    "VLLM_MXFP4_USE_MARLIN": lambda: os.environ.get("VLLM_MXFP4_USE_MARLIN"),
-}
-"""
 ARG_UTILS = """\
 class EngineArgs:
     @staticmethod
@@ -47,11 +39,6 @@ class EngineArgs:
         parser.add_argument("--max-num-seqs", type=int)
         parser.add_argument("--cudagraph-capture-sizes", type=int, nargs="+")
         return parser
-"""
-FRONTEND = """\
-class FrontendArgs:
-    host: str = None
-    port: int = 8000
 """
 STATIC = {"vllm/envs.py": ENVS, "vllm/engine/arg_utils.py": ARG_UTILS, "vllm/entrypoints/openai/cli_args.py": FRONTEND}
 
@@ -65,10 +52,10 @@ def venv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "venv"
 
 
-def run_all(*args: str, env: dict[str, str] | None = None) -> dict[str, object]:
+def run_all(*args: str, env: dict[str, str | None] | None = None) -> dict[str, CliResult]:
     """Each launch command with the same arguments (MODEL first, vLLM's after --)."""
     model, *rest = args
-    return {command: CliRunner().invoke(app, [*ARGS[command], model, *rest], env=env) for command in COMMANDS}
+    return {command: run(*ARGS[command], model, *rest, env=env) for command in COMMANDS}
 
 
 def fake_vllm(tmp_path: Path) -> dict[str, str]:
@@ -122,9 +109,8 @@ def test_another_runs_lock_is_waited_for_with_the_same_notice_and_refusal_in_eve
         results, waited = {}, {}
         for command in COMMANDS:
             began = time.monotonic()
-            results[command] = CliRunner().invoke(
-                app, [*ARGS[command], MODEL, "--venv", str(venv), "--gpu", "cpu", "--port", str(free_port())], env=env
-            )
+            args = ("--venv", str(venv), "--gpu", "cpu", "--port", str(free_port()))
+            results[command] = run(*ARGS[command], MODEL, *args, env=env)
             waited[command] = time.monotonic() - began
     finally:
         os.close(holder)
@@ -152,7 +138,7 @@ def test_every_launch_command_hands_prepare_one_request(monkeypatch):
     args = "--gpu sm90 --port 9000 --allow-unpatched --instructions system --fast-moe --venv /v --vllm 0.17.1 -- -tp 2"
     for command in COMMANDS:
         monkeypatch.setattr(preparing, "prepare", lambda request, _c=command, **how: recorded(request, _c, **how))
-        result = CliRunner().invoke(app, [command, MODEL, *args.split()])
+        result = run(command, MODEL, *args.split())
         assert (result.exit_code, result.stderr) == (4, "error: stopped by the test\n")
     given = LaunchRequest(
         model=MODEL, extra_args=("-tp", "2"), gpu="sm90", port=9000, allow_unpatched=True, instructions="system",

@@ -16,15 +16,14 @@ import re
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 from packaging.version import Version
 
 from gptoss_patch import target
-from gptoss_patch.cli import app
 from gptoss_patch.launcher import checks, knowledge, serving_traps
 from gptoss_patch.launcher.results import Status
 from tests.launcher.conftest import resolve, rows
 from tests.launcher.recorded import facts
+from tests.support.cli import run
 
 
 def checks_for(inst, environ=None, **options):
@@ -123,7 +122,7 @@ def test_rust_frontend_off_or_unparsable_says_nothing(recorded, value):
 
 def test_status_reports_python_patches_as_bypassed_while_the_variable_is_set(installs, monkeypatch):
     monkeypatch.setenv("VLLM_USE_RUST_FRONTEND", "1")
-    result = CliRunner().invoke(app, ["status", "--python", installs["0.22.1"].python, "--json"])
+    result = run("status", "--python", installs["0.22.1"].python, "--json")
     assert result.exit_code == 0, result.output
     patches = {p["id"]: p for p in json.loads(result.stdout)["patches"]}
     assert "bypassed while VLLM_USE_RUST_FRONTEND=1" in patches["harmony_instructions"]["reason"]
@@ -134,9 +133,9 @@ def test_status_says_nothing_of_the_rust_frontend_where_vllm_does_not_read_it(in
     """0.17.1 never reads the variable: status with it set is status without it, its patches applied, none bypassed."""
     command = ["status", "--python", installs["0.17.1"].python, "--json"]
     monkeypatch.delenv("VLLM_USE_RUST_FRONTEND", raising=False)
-    unset = CliRunner().invoke(app, command)
+    unset = run(*command)
     monkeypatch.setenv("VLLM_USE_RUST_FRONTEND", "1")
-    result = CliRunner().invoke(app, command)
+    result = run(*command)
     assert (result.exit_code, unset.exit_code) == (0, 0), result.output
     assert result.stdout == unset.stdout
     patches = {p["id"]: p for p in json.loads(result.stdout)["patches"]}

@@ -22,8 +22,10 @@ import pytest
 from gptoss_patch import model, vocab
 from gptoss_patch.errors import UsageError
 from gptoss_patch.target import ANSWER
-from tests.model.test_tiny_model import expected_tensors, fake_interpreter, safetensors_header
 from tests.support import tiny_model as support, upstream
+from tests.support.checkpoint import expected_tensors, safetensors_header
+from tests.support.cli import run_process
+from tests.support.fakes import fake_interpreter
 from tests.support.markers import needs
 
 LOADER_VERSIONS = ("0.17.1", "0.20.2", "0.33.0")
@@ -346,8 +348,7 @@ def test_no_weights_that_fails_leaves_nothing_half_written(tmp_path: Path, vocab
 
 
 def _model_random(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gptoss_patch", "model", "random", *args],
-                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    return run_process("model", "random", *args, timeout=60)
 
 
 def test_cli_no_weights_says_weights_none_and_how_to_serve_it(tmp_path: Path, vocab_file: Path) -> None:

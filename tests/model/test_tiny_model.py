@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,8 @@ import pytest
 from gptoss_patch import model, vocab
 from gptoss_patch.errors import TargetError, UsageError
 from tests.support import tiny_model as support
+from tests.support.checkpoint import expected_tensors, safetensors_header
+from tests.support.fakes import fake_interpreter
 from tests.support.markers import needs
 
 RECIPE = model.TINY
@@ -96,47 +96,6 @@ def test_stamp_records_the_recipe_and_its_digest(model_dir: Path) -> None:
     assert stamp["digest"] == RECIPE.digest()
     assert model_dir.name == f"gpt-oss-tiny-{RECIPE.digest()[:12]}"
     assert stamp["parameters"] == sum(_numel(shape) for shape in expected_tensors(RECIPE).values())
-
-
-def safetensors_header(path: Path) -> dict:
-    """The JSON header of a safetensors file: an 8-byte little-endian length, then that much JSON."""
-    with path.open("rb") as handle:
-        (length,) = struct.unpack("<Q", handle.read(8))
-        return json.loads(handle.read(length))
-
-
-def expected_tensors(recipe: model.Recipe) -> dict[str, list[int]]:
-    """gpt-oss's (unquantized) tensor names, as transformers saves them and vLLM's loader maps them."""
-    hidden, heads, kv_heads, head_dim = recipe.hidden_size, recipe.num_attention_heads, recipe.num_key_value_heads, recipe.head_dim
-    experts, inter = recipe.num_local_experts, recipe.intermediate_size
-    tensors = {
-        "model.embed_tokens.weight": [recipe.vocab_size, hidden],
-        "model.norm.weight": [hidden],
-        "lm_head.weight": [recipe.vocab_size, hidden],
-    }
-    for layer in range(recipe.num_hidden_layers):
-        prefix = f"model.layers.{layer}"
-        tensors |= {
-            f"{prefix}.input_layernorm.weight": [hidden],
-            f"{prefix}.post_attention_layernorm.weight": [hidden],
-            f"{prefix}.self_attn.q_proj.weight": [heads * head_dim, hidden],
-            f"{prefix}.self_attn.q_proj.bias": [heads * head_dim],
-            f"{prefix}.self_attn.k_proj.weight": [kv_heads * head_dim, hidden],
-            f"{prefix}.self_attn.k_proj.bias": [kv_heads * head_dim],
-            f"{prefix}.self_attn.v_proj.weight": [kv_heads * head_dim, hidden],
-            f"{prefix}.self_attn.v_proj.bias": [kv_heads * head_dim],
-            f"{prefix}.self_attn.o_proj.weight": [hidden, heads * head_dim],
-            f"{prefix}.self_attn.o_proj.bias": [hidden],
-            f"{prefix}.self_attn.sinks": [heads],
-            f"{prefix}.mlp.router.weight": [experts, hidden],
-            f"{prefix}.mlp.router.bias": [experts],
-            # gate and up interleaved in one tensor, [experts, in, out]: the layout vLLM slices.
-            f"{prefix}.mlp.experts.gate_up_proj": [experts, hidden, 2 * inter],
-            f"{prefix}.mlp.experts.gate_up_proj_bias": [experts, 2 * inter],
-            f"{prefix}.mlp.experts.down_proj": [experts, inter, hidden],
-            f"{prefix}.mlp.experts.down_proj_bias": [experts, hidden],
-        }
-    return tensors
 
 
 def _numel(shape: list[int]) -> int:
@@ -253,16 +212,6 @@ print("Traceback (most recent call last):", file=sys.stderr)
 print("RuntimeError: out of memory while building", file=sys.stderr)
 sys.exit(3)
 """
-
-
-def fake_interpreter(tmp_path: Path, body: str) -> Path:
-    """An executable that runs `body` with this Python whatever script it is handed (argv is ignored)."""
-    script = tmp_path / "fake_builder.py"
-    script.write_text(body, encoding="utf-8")
-    python = tmp_path / "python"
-    python.write_text(f"#!/bin/sh\nexec {sys.executable} {script}\n", encoding="utf-8")
-    python.chmod(0o755)
-    return python
 
 
 @pytest.fixture

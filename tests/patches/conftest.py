@@ -37,7 +37,7 @@ def real_states(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], dic
     """
     from gptoss_patch import engine
     from gptoss_patch.spec import Selection
-    from tests.test_golden import extracted
+    from tests.support.golden import extracted
 
     cache: dict[str, dict[str, tuple[str, str]]] = {}
 

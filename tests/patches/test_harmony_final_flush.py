@@ -178,25 +178,6 @@ def test_fixed_upstream_when_flush_recovers_from_process_eos(parser_module, fixe
         assert "vllm#47062" in reason
 
 
-@pytest.mark.parametrize(
-    "version, target",
-    [
-        pytest.param("0.15.0", None, id="below-range"),
-        pytest.param("0.15.1", SERVING_TARGET, id="first-release"),
-        pytest.param("0.23.0", SERVING_TARGET, id="last-parse-chat-output-release"),
-        pytest.param("0.23.1.dev3", SERVING_TARGET, id="dev-inside-the-band"),
-        pytest.param("0.24.0rc1", None, id="rc-of-a-band-start-is-in-no-band"),
-        pytest.param("0.24.0", PARSER_TARGET, id="harmony-parser"),
-        pytest.param("0.24.1+cu129", PARSER_TARGET, id="local-label"),
-        pytest.param("0.25.0", None, id="fixed-upstream"),
-        pytest.param("0.33.0", None, id="newest-checked"),
-    ],
-)
-def test_version_gate(version, target):
-    band = SPEC.band_for(Version(version))
-    assert (band.target if band else None) == target
-
-
 def test_status_at_0_25_0_looks_for_the_upstream_flush(tmp_path):
     fixed = status_on_fake_site(tmp_path / "fixed", "0.25.0", {PARSER_TARGET: FLUSH_UPSTREAM})[SPEC.id]
     missing = status_on_fake_site(tmp_path / "missing", "0.25.0", {PARSER_TARGET: PARSER})[SPEC.id]
@@ -205,14 +186,6 @@ def test_status_at_0_25_0_looks_for_the_upstream_flush(tmp_path):
 
 
 RELEASES = [pytest.param(str(v), id=f"vllm-{v}") for v in KNOWN_RELEASES]
-
-
-@pytest.mark.upstream
-@pytest.mark.parametrize("version", RELEASES)
-def test_verdict_on_the_real_wheel(version, real_states):
-    """Pending on 0.15.1-0.24.0; from 0.25.0 HarmonyParser.flush() recovers the tail itself."""
-    state, reason = real_states(version)[SPEC.id]
-    assert state == ("pending" if Version(version) < Version("0.25") else "fixed-upstream"), reason
 
 
 @pytest.mark.upstream
@@ -236,7 +209,7 @@ def test_the_parse_without_an_end_of_output_flush_lives_in_the_bands_target(vers
 @pytest.mark.upstream
 @pytest.mark.parametrize("version", ["0.15.1", "0.17.1", "0.23.0", "0.24.0"])
 def test_apply_is_idempotent_and_revert_restores_the_real_file(version, tmp_path):
-    from tests.test_golden import extracted
+    from tests.support.golden import extracted
 
     inst = extracted(Version(version), tmp_path)
     only = Selection(only=(SPEC.id,))
@@ -254,15 +227,18 @@ def test_apply_is_idempotent_and_revert_restores_the_real_file(version, tmp_path
 # -- behaviour: the real generator, stock and patched with the default set, against stock 0.25.0 ------------
 
 DEFAULT_SET = tuple(spec.id for spec in all_specs() if not spec.opt_in)
+FIXING_RELEASE = "0.25.0"  # HarmonyParser.flush(): the answers the patched releases must give
+STOCK_RELEASES = ("0.17.1", "0.23.0", "0.24.0")  # both bands, both ends of the first
+HARNESS_RELEASES = (*STOCK_RELEASES, FIXING_RELEASE)  # the CPU harness venvs it builds (tests/support/prewarm.py)
 
 
 @pytest.fixture(scope="module")
 @needs("harness")
 def fixing_release() -> dict:
-    return chat_output.parse_table(harness.cpu_venv("0.25.0"))
+    return chat_output.parse_table(harness.cpu_venv(FIXING_RELEASE))
 
 
-@pytest.fixture(scope="module", params=["0.17.1", "0.23.0", "0.24.0"])  # both bands, both ends of the first
+@pytest.fixture(scope="module", params=STOCK_RELEASES)
 @needs("harness")
 def stock_and_patched(request, tmp_path_factory) -> tuple[dict, dict]:
     stock = harness.cpu_venv(request.param)

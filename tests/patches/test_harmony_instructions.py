@@ -144,29 +144,6 @@ def test_fixed_upstream_when_harmony_utils_builds_the_preamble(fake_package):
     assert fixed_upstream(fake_package({}, "empty")) is None
 
 
-@pytest.mark.parametrize(
-    "version, target",
-    [
-        pytest.param("0.15.0", None, id="below-range"),
-        pytest.param("0.15.1rc1", None, id="rc-before-first-release"),
-        pytest.param("0.15.1", CHAT_TARGET, id="first-release"),
-        pytest.param("0.17.1", CHAT_TARGET, id="last-chat-release"),
-        pytest.param("0.17.1+cu128", CHAT_TARGET, id="local-label"),
-        pytest.param("0.18.0rc1", None, id="rc-between-bands"),
-        pytest.param("0.18.0", RENDER_TARGET, id="first-render-release"),
-        pytest.param("0.20.0rc1", RENDER_TARGET, id="rc-inside-render-band"),
-        pytest.param("0.22.1", RENDER_TARGET, id="last-render-release"),
-        pytest.param("0.22.2.dev3", RENDER_TARGET, id="dev-inside-render-band"),
-        pytest.param("0.23.0rc1", None, id="rc-of-fix-release"),
-        pytest.param("0.23.0", None, id="fixed-upstream"),
-        pytest.param("0.33.0", None, id="above-range"),
-    ],
-)
-def test_version_gate(version, target):
-    band = SPEC.band_for(Version(version))
-    assert (band.target if band else None) == target
-
-
 def test_status_from_0_23_0_looks_for_the_upstream_fix_instead_of_patching(tmp_path):
     """Before 0.23.0 the builder gets the patch; from 0.23.0 (fixed_in) `status` wants vllm#44330's preamble."""
     fix = fakesite.HARMONY_UTILS + "\n\ndef build_harmony_preamble(*, instructions, tools):\n    return []\n"
@@ -179,14 +156,6 @@ def test_status_from_0_23_0_looks_for_the_upstream_fix_instead_of_patching(tmp_p
 
 
 RELEASES = [pytest.param(str(v), id=f"vllm-{v}") for v in KNOWN_RELEASES]
-
-
-@pytest.mark.upstream
-@pytest.mark.parametrize("version", RELEASES)
-def test_verdict_on_the_real_wheel(version, real_states):
-    """pending wherever the builder has the raw-system-message shape (0.15.1-0.22.1), fixed-upstream from 0.23.0."""
-    state, reason = real_states(version)[SPEC.id]
-    assert state == ("fixed-upstream" if Version(version) >= Version("0.23.0") else "pending"), reason
 
 
 @pytest.mark.upstream

@@ -9,7 +9,6 @@ from __future__ import annotations
 from functools import partial
 
 import pytest
-from packaging.version import Version
 
 from gptoss_patch.patches.harmony_instructions_parser import (
     FUNCTION,
@@ -110,24 +109,6 @@ def test_fixed_upstream_when_harmony_utils_has_get_system_or_developer_message(f
     assert fixed_upstream(fake_package({TARGET: fakesite.HARMONY_UTILS}, "stock")) is None
 
 
-@pytest.mark.parametrize(
-    "version, in_band",
-    [
-        pytest.param("0.15.0", False, id="below-range"),
-        pytest.param("0.15.1rc1", False, id="rc-before-first-release"),
-        pytest.param("0.15.1", True, id="first-release"),
-        pytest.param("0.18.0", True, id="chat-to-render-move-is-not-a-boundary-here"),
-        pytest.param("0.22.1", True, id="last-release"),
-        pytest.param("0.22.2.dev3", True, id="dev-inside-band"),
-        pytest.param("0.23.0rc1", False, id="rc-of-fix-release"),
-        pytest.param("0.23.0", False, id="fixed-upstream"),
-    ],
-)
-def test_version_gate(version, in_band):
-    band = SPEC.band_for(Version(version))
-    assert (band.target if band else None) == (TARGET if in_band else None)
-
-
 def test_status_from_0_23_0_looks_for_the_upstream_fix_instead_of_patching(tmp_path):
     fix = fakesite.HARMONY_UTILS + "\n\ndef get_system_or_developer_message(role, instructions):\n    return None\n"
     before = status_on_fake_site(tmp_path / "0.17.1", "0.17.1")[SPEC.id]
@@ -139,14 +120,6 @@ def test_status_from_0_23_0_looks_for_the_upstream_fix_instead_of_patching(tmp_p
 
 
 RELEASES = [pytest.param(str(v), id=f"vllm-{v}") for v in KNOWN_RELEASES]
-
-
-@pytest.mark.upstream
-@pytest.mark.parametrize("version", RELEASES)
-def test_verdict_on_the_real_wheel(version, real_states):
-    """pending wherever the function renders system/developer messages raw (0.15.1-0.22.1), fixed-upstream after."""
-    state, reason = real_states(version)[SPEC.id]
-    assert state == ("fixed-upstream" if Version(version) >= Version("0.23.0") else "pending"), reason
 
 
 @pytest.mark.upstream

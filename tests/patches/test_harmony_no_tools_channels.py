@@ -12,10 +12,8 @@ from functools import partial
 from types import ModuleType, SimpleNamespace
 
 import pytest
-from packaging.version import Version
 
 from gptoss_patch.patches.harmony_no_tools_channels import HELPER, HELPER_SOURCE, SPEC, is_applied, not_needed
-from gptoss_patch.versions import KNOWN_RELEASES
 from tests.patches.helpers import status_on_fake_site, with_helper
 from tests.support import tools
 
@@ -131,24 +129,6 @@ def test_helper_leaves_a_content_without_channel_config_alone(restrict):
     assert restrict(content, False) is content
 
 
-@pytest.mark.parametrize(
-    "version, inside",
-    [
-        pytest.param("0.15.0", False, id="below-range"),
-        pytest.param("0.15.1", True, id="first-release-not-needed-by-shape"),
-        pytest.param("0.16.0", True, id="last-release-with-the-restriction"),
-        pytest.param("0.17.0rc1", True, id="rc-of-the-regression"),
-        pytest.param("0.17.0", True, id="regression"),
-        pytest.param("0.33.0", True, id="newest-known-still-unfixed"),
-        pytest.param("0.33.0+cu130", True, id="local-label"),
-        pytest.param("0.34.0.dev1", True, id="dev-of-unknown-newer"),
-    ],
-)
-def test_version_gate(version, inside):
-    band = SPEC.band_for(Version(version))
-    assert (band.target if band else None) == (TARGET if inside else None)
-
-
 def test_status_still_patches_the_newest_release_no_upstream_release_restores_the_restriction(tmp_path):
     named = status_on_fake_site(tmp_path / "venv", "0.33.0", args=("--with", SPEC.id))[SPEC.id]
     assert named == ("pending", "unpatched shape found in vllm 0.33.0")
@@ -162,15 +142,3 @@ def test_opt_in_status_says_so_and_how_to_apply_it_unless_named(tmp_path):
 
 def test_opt_in_and_its_trade_off_are_declared():
     assert SPEC.opt_in and "chat template" in SPEC.opt_in and "built-in tools" in SPEC.opt_in
-
-
-RELEASES = [pytest.param(str(v), id=f"vllm-{v}") for v in KNOWN_RELEASES]
-
-
-@pytest.mark.upstream
-@pytest.mark.parametrize("version", RELEASES)
-def test_verdict_on_the_real_wheel(version, real_states):
-    """The restriction is stock in 0.15.1 and 0.16.0 (not-needed) and gone from 0.17.0 through 0.33.0, where the
-    default set leaves it out (opt-in)."""
-    state, reason = real_states(version)[SPEC.id]
-    assert state == ("not-needed" if Version(version) < Version("0.17.0") else "opt-in"), reason

@@ -11,7 +11,6 @@ from collections.abc import Callable
 from functools import partial
 
 import pytest
-from packaging.version import Version
 
 from gptoss_patch.patches.harmony_reasoning_effort import (
     DEFAULT_MAP,
@@ -25,7 +24,6 @@ from gptoss_patch.patches.harmony_reasoning_effort import (
     is_applied,
 )
 from gptoss_patch.spec import PackageView
-from gptoss_patch.versions import KNOWN_RELEASES
 from tests.patches.helpers import status_on_fake_site, with_helper
 from tests.support import tools
 
@@ -164,23 +162,6 @@ def test_fixed_upstream_where_the_release_defines_the_map(fake_package: Callable
     assert fixed_upstream(without) is None
 
 
-@pytest.mark.parametrize(
-    "version, inside",
-    [
-        pytest.param("0.17.1", False, id="protocol-and-harmony-agree"),
-        pytest.param("0.18.0rc1", False, id="rc-before-first-release"),
-        pytest.param("0.18.0", True, id="none-accepted-by-chat"),
-        pytest.param("0.21.0", True, id="minimal-xhigh-max-accepted"),
-        pytest.param("0.32.0", True, id="last-without-the-map"),
-        pytest.param("0.32.0+cu130", True, id="local-label"),
-        pytest.param("0.33.0", False, id="fixed-upstream-release"),
-    ],
-)
-def test_version_gate(version, inside):
-    band = SPEC.band_for(Version(version))
-    assert (band.target if band else None) == (TARGET if inside else None)
-
-
 def test_status_at_fixed_in(tmp_path):
     """0.32.0 still gets the patch; 0.33.0 should define upstream's map, and drift is reported if it does not."""
     before = status_on_fake_site(tmp_path / "0.32.0", "0.32.0", {TARGET: CHECKED})[SPEC.id]
@@ -191,16 +172,3 @@ def test_status_at_fixed_in(tmp_path):
     assert before == ("pending", "unpatched shape found in vllm 0.32.0")
     assert fixed[0] == "fixed-upstream" and "map_reasoning_effort" in fixed[1]
     assert missing == ("drifted", "vllm 0.33.0 should carry the upstream fix (since 0.33.0) but it was not found")
-
-
-RELEASES = [pytest.param(str(v), id=f"vllm-{v}") for v in KNOWN_RELEASES]
-
-
-@pytest.mark.upstream
-@pytest.mark.parametrize("version", RELEASES)
-def test_verdict_on_the_real_wheel(version, real_states):
-    """Out of range before 0.18.0 (both sides accept low/medium/high only), pending 0.18.0-0.32.0, fixed upstream from 0.33.0."""
-    state, reason = real_states(version)[SPEC.id]
-    v = Version(version)
-    expected = "out-of-range" if v < Version("0.18.0") else "pending" if v < Version("0.33.0") else "fixed-upstream"
-    assert state == expected, reason

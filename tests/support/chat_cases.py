@@ -202,4 +202,17 @@ RESPONSES_TABLE: dict[str, dict[str, Any]] = {
         ],
         "tools": [RESPONSES_WEATHER_TOOL],
     },
+    # The reasoning item of an earlier turn sent back before its function call: on `analysis` from 0.18.0 (two parts
+    # joined), and the tool output `to=assistant` on `commentary` from 0.22.0 (harmony_responses_channels before).
+    "reasoning_function_call_round_trip": {
+        "input": [
+            _item("user", "Weather in Paris?"),
+            {"type": "reasoning", "id": "rs_1", "summary": [],
+             "content": [{"type": "reasoning_text", "text": "The user wants the weather."},
+                         {"type": "reasoning_text", "text": "I should call get_weather."}]},
+            {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "Paris"}'},
+            {"type": "function_call_output", "call_id": "call_1", "output": "Sunny, 21 C"},
+        ],
+        "tools": [RESPONSES_WEATHER_TOOL],
+    },
 }

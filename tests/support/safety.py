@@ -27,6 +27,7 @@ from gptoss_patch.engine.ledger import DIRNAME, Store
 from gptoss_patch.engine.record import read_hashes
 from gptoss_patch.fsutil import sha256
 from gptoss_patch.target import Installation
+from tests.support.cli import states
 from tests.support.forkserver import ForkServer
 from tests.support.upstream import fresh_install, site_packages
 
@@ -83,10 +84,6 @@ def ledger_dir(venv: Path) -> Path:
 def installation(venv: Path) -> Installation:
     """The Installation discovery would find (built directly: in-process checks need no probe)."""
     return Installation(str(venv / "bin" / "python"), Version(VERSION), site_packages(venv), dist_info(venv))
-
-
-def states(proc: subprocess.CompletedProcess[str]) -> dict[str, str]:
-    return {p["id"]: p["state"] for p in json.loads(proc.stdout)["patches"]}
 
 
 def changed(proc: subprocess.CompletedProcess[str]) -> list[str]:

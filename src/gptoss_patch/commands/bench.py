@@ -5,16 +5,10 @@ from __future__ import annotations
 from typing import Annotated
 
 from gptoss_patch import clikit
-from gptoss_patch.commands._launch import (
-    CompareOption,
-    LogDirOption,
-    StartTimeoutOption,
-    VariantOption,
-    gate,
-    launch_options,
-)
+from gptoss_patch.commands._launch import CompareOption, VariantOption, gate, launch_options
+from gptoss_patch.commands._measure import InputLenOption, OutputLenOption, ServerRun, run_options
 from gptoss_patch.launcher.prepare import LaunchRequest
-from gptoss_patch.options import JsonOption, VerboseOption, handles_errors
+from gptoss_patch.options import handles_errors
 
 ConcurrencyOption = Annotated[
     str,
@@ -43,8 +37,6 @@ BoundOption = Annotated[
         "bound of MODEL (a local gpt-oss directory).",
     ),
 ]
-InputLenOption = Annotated[int, clikit.Option("--input-len", help="Prompt tokens per request (random dataset).")]
-OutputLenOption = Annotated[int, clikit.Option("--output-len", help="Generated tokens per request (ignore_eos).")]
 WavesOption = Annotated[int, clikit.Option("--waves", help="Prompts per run = waves x concurrency.")]
 WarmUpOption = Annotated[
     bool,
@@ -73,6 +65,7 @@ def register(app: clikit.App) -> None:
 
 @handles_errors
 @launch_options(servers=True)
+@run_options
 def bench(
     launch: LaunchRequest,
     concurrency: ConcurrencyOption = "1,2,4,5,8,10,16,32,64",
@@ -86,10 +79,8 @@ def bench(
     waves: WavesOption = 2,
     one_at_a_time: OneAtATimeOption = False,
     warm_up: WarmUpOption = True,
-    start_timeout: StartTimeoutOption = 900.0,
-    log_dir: LogDirOption = None,
-    json: JsonOption = False,
-    verbose: VerboseOption = False,
+    *,
+    run: ServerRun,
 ) -> None:
     """Measure the launcher's profile with vLLM's own `vllm bench serve`, against plain `vllm serve` with --compare vanilla.
 
@@ -145,11 +136,11 @@ def bench(
         limit = servers.measure_bound(python_path, recipe, input_len + output_len // 2)
     # a BenchFailed (the cause in one line, then the server's last lines) goes to the one error path
     report = engine.run(
-        python_path, specs, workload, log_dir=log_dir or servers.default_log_dir(), start_timeout=start_timeout,
+        python_path, specs, workload, log_dir=run.logs("bench"), start_timeout=run.start_timeout,
         run_timeout=RUN_TIMEOUT, notify=render.info, variants=[name for name, _ in variants], one_at_a_time=one_at_a_time,
     )  # fmt: skip
     fractions = servers.fractions(report, limit) if limit else {}
-    if json:
+    if run.json:
         extra_json = {"bound": {**limit.to_json(), "fraction_at_c1": fractions, "gpus": servers.server_gpus(report)}} if limit else {}
         render.json_out(
             {**report.to_json(), "vllm": str(plan.installation.version), "kernel_libraries": libraries, "profile": plan.profile,

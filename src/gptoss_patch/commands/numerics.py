@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 from gptoss_patch import clikit
-from gptoss_patch.commands._launch import (
-    CompareOption,
-    LogDirOption,
-    StartTimeoutOption,
-    VariantOption,
-    gate,
-    launch_options,
-)
+from gptoss_patch.commands._launch import CompareOption, VariantOption, gate, launch_options
+from gptoss_patch.commands._measure import ServerRun, run_options
 from gptoss_patch.launcher.prepare import LaunchRequest
-from gptoss_patch.options import JsonOption, VerboseOption, handles_errors
+from gptoss_patch.options import handles_errors
 
 if TYPE_CHECKING:
     from gptoss_patch.bench import ServerSpec
@@ -71,6 +64,7 @@ def register(app: clikit.App) -> None:
 
 @handles_errors
 @launch_options(servers=True)
+@run_options
 def numerics(
     launch: LaunchRequest,
     level: LevelOption = "all",
@@ -83,10 +77,8 @@ def numerics(
     variant: VariantOption = None,
     parallel: ParallelOption = 8,
     max_tokens: MaxTokensOption = 32,
-    start_timeout: StartTimeoutOption = 900.0,
-    log_dir: LogDirOption = None,
-    json: JsonOption = False,
-    verbose: VerboseOption = False,
+    *,
+    run: ServerRun,
 ) -> None:
     """Check that a configuration serves the same model: kernel error against float64, determinism, server agreement.
 
@@ -113,22 +105,22 @@ def numerics(
     if level in ("kernels", "all"):
         layer = kernels.layer_shape(model, shape)
         python_path = target.interpreter_for(launch.python, launch.venv)
-        if not json:
+        if not run.json:
             render.info(f"kernel check: {layer.name} layer ({layer.experts} experts, from {layer.source}) in {python_path}")
         report = kernels.run(python_path, layer, tokens=counts, repeat=repeat, backends=backends, sequential=sequential)
         payload["kernels"] = report.to_json()
-        if not json:
+        if not run.json:
             from gptoss_patch.numerics import render as tables
 
             tables.kernel_table(report)
     if specs is not None:
-        served = _served(specs, start_timeout, log_dir, parallel, max_tokens)  # BenchFailed: the one error path
+        served = _served(specs, run, parallel, max_tokens)  # BenchFailed: the one error path
         payload["servers"] = served.to_json()
-        if not json:
+        if not run.json:
             from gptoss_patch.numerics import render as tables
 
             tables.served_table(served)
-    if json:
+    if run.json:
         render.json_out(payload)
 
 
@@ -148,15 +140,9 @@ def _server_specs(launch: LaunchRequest, compare: str | None, variant: list[str]
     return servers.server_specs(prepared.plan, launch.port, comparisons, variants)
 
 
-def _served(
-    specs: list[ServerSpec], start_timeout: float, log_dir: Path | None, parallel: int, max_tokens: int
-) -> ServedReport:
+def _served(specs: list[ServerSpec], run: ServerRun, parallel: int, max_tokens: int) -> ServedReport:
     from gptoss_patch import render
-    from gptoss_patch.bench import launch as servers
     from gptoss_patch.numerics import served
 
-    default = servers.default_log_dir()
-    directory = log_dir or default.with_name(default.name.replace("bench-", "numerics-", 1))
-    return served.run(
-        specs, log_dir=directory, start_timeout=start_timeout, notify=render.info, parallel=parallel, max_tokens=max_tokens
-    )
+    return served.run(specs, log_dir=run.logs("numerics"), start_timeout=run.start_timeout, notify=render.info,
+                      parallel=parallel, max_tokens=max_tokens)

@@ -6,9 +6,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 from gptoss_patch import clikit
-from gptoss_patch.commands._launch import LogDirOption, StartTimeoutOption, gate, launch_options
+from gptoss_patch.commands._launch import gate, launch_options
+from gptoss_patch.commands._measure import InputLenOption, OutputLenOption, ServerRun, run_options
 from gptoss_patch.launcher.prepare import LaunchRequest
-from gptoss_patch.options import JsonOption, VerboseOption, handles_errors
+from gptoss_patch.options import handles_errors
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -30,8 +31,6 @@ BudgetOption = Annotated[
 RepeatOption = Annotated[
     int, clikit.Option("--repeat", metavar="N", help="How many times each measurement is repeated. Rounds per server; the spread decides the winner.")
 ]
-InputLenOption = Annotated[int, clikit.Option("--input-len", help="Prompt tokens per request (random dataset).")]
-OutputLenOption = Annotated[int, clikit.Option("--output-len", help="Generated tokens per request (ignore_eos).")]
 AxesOption = Annotated[
     str | None,
     clikit.Option("--axes", metavar="AXIS,...", show_default=False,
@@ -56,6 +55,7 @@ def register(app: clikit.App) -> None:
 
 @handles_errors
 @launch_options(servers=True, model_optional=True)
+@run_options
 def tune(
     launch: LaunchRequest,
     concurrency: ConcurrencyOption = "1,16,64",
@@ -67,10 +67,8 @@ def tune(
     candidate: CandidateOption = None,
     show: ShowOption = False,
     discard: DiscardOption = False,
-    start_timeout: StartTimeoutOption = 900.0,
-    log_dir: LogDirOption = None,
-    json: JsonOption = False,
-    verbose: VerboseOption = False,
+    *,
+    run: ServerRun,
 ) -> None:
     """Measure serving configurations on this GPU and vLLM, keep those that pass the numerics gate, and leave the fastest in a profile file that `serve` and `doctor` use.
 
@@ -82,10 +80,10 @@ def tune(
     if show and discard:
         raise UsageError("--show and --discard: choose one")
     if show:
-        _show(json)
+        _show(run.json)
         return
     if discard:
-        _discard(launch, json)
+        _discard(launch, run.json)
         return
     if not launch.model:
         raise UsageError("MODEL is required to tune (only --show and --discard go without one)")
@@ -93,8 +91,8 @@ def tune(
         raise UsageError("--repeat, --input-len and --output-len take 1 or more")
     # The reference failing raises BenchFailed: handles_errors renders it (the cause, then the server's last lines).
     payload, path = _tune(launch, concurrency, budget, repeat, input_len, output_len, axes, candidate or [],
-                          start_timeout, log_dir)
-    if json:
+                          run)
+    if run.json:
         render.json_out({**payload, "profile_path": str(path)})
         return
     from gptoss_patch.tune import render as tables
@@ -106,7 +104,7 @@ def tune(
 
 
 def _tune(launch: LaunchRequest, concurrency: str, budget: str, repeat: int, input_len: int, output_len: int,
-          axes: str | None, candidate: list[str], start_timeout: float, log_dir: Path | None) -> tuple[dict[str, Any], Path]:
+          axes: str | None, candidate: list[str], run: ServerRun) -> tuple[dict[str, Any], Path]:
     """The run: bad input first, then the launch, the lock, the candidates, the plan, the checks and the servers."""
     import dataclasses
     import time
@@ -166,7 +164,7 @@ def _tune(launch: LaunchRequest, concurrency: str, budget: str, repeat: int, inp
         fingerprint = {"key": key.to_json(), "workload": asdict(workload), "extra_args": list(plan.extra_args)}
         outcome = engine.run(
             str(plan.installation.python), todo, workload, key=key, fingerprint=fingerprint, plan=tune_plan,
-            log_dir=log_dir or _default_log_dir(), start_timeout=start_timeout, run_timeout=RUN_TIMEOUT,
+            log_dir=run.logs("tune"), start_timeout=run.start_timeout, run_timeout=RUN_TIMEOUT,
             notify=render.info, kernels=kernels, kernel_reason=kernel_reason, started=started,
             more=_jobs_only(launches, skipped),
         )  # fmt: skip
@@ -291,13 +289,6 @@ def _kernel_check(plan: Any, wanted: bool, model: str) -> tuple[dict[str, Any] |
     except GptossPatchError as exc:
         return {}, f"kernel check: could not run ({exc}): no MoE kernel change can pass", 0.0
     return gate.kernel_verdicts(report), f"kernel check: {report.device}, {report.seconds:.0f} s", float(report.seconds)
-
-
-def _default_log_dir() -> Path:
-    from gptoss_patch.bench import launch as servers
-
-    default = servers.default_log_dir()
-    return default.with_name(default.name.replace("bench-", "tune-", 1))
 
 
 def _show(as_json: bool) -> None:

@@ -12,7 +12,7 @@ import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from gptoss_patch.errors import UsageError
 from gptoss_patch.launcher import gpus, memory, parallel, profiles, static
@@ -74,7 +74,7 @@ def resolve(inst: Installation, options: LaunchOptions, environ: Mapping[str, st
         *_hook_override(inst, options, report),
     ]
     kept, dropped = _apply_overrides(wanted, options.extra_args, environ)
-    return LaunchPlan(
+    plan = LaunchPlan(
         installation=inst,
         executable=_executable(inst),
         model=options.model or "",
@@ -84,7 +84,6 @@ def resolve(inst: Installation, options: LaunchOptions, environ: Mapping[str, st
         notes=(*profile.notes, *moe_notes, *capture_notes, *parallel_notes, *dropped, *_patch_environment_notes(report, options, environ)),
         extra_args=tuple(options.extra_args),
         base_env=environ,
-        expected_moe=_expected_moe(profile.moe_pin, kept, options.extra_args, environ),
         patch_report=report,
         capabilities=caps,
         options=options,
@@ -92,6 +91,7 @@ def resolve(inst: Installation, options: LaunchOptions, environ: Mapping[str, st
         server_module=None if _has_working_cli(inst) else API_SERVER_MODULE,
         parallel=context,
     )
+    return dataclasses.replace(plan, expected_moe=_expected_moe(profile.moe_pin, plan))
 
 
 def apply_tuned(plan: LaunchPlan, tuned: Tuned | None) -> LaunchPlan:
@@ -457,15 +457,131 @@ def _positive(flag: str) -> str:
     return "--" + flag[5:] if flag.startswith("--no-") else flag
 
 
-def _expected_moe(pin: Setting | None, kept: list[Setting], extra_args: tuple[str, ...], environ: Mapping[str, str]) -> str | None:
-    """Marlin is expected in the log when the profile's pin survived, or the user pinned Marlin the same way."""
-    if pin is not None and pin in kept:
-        return profiles.MARLIN_FAMILY
-    user_flag = static.last_value(extra_args, "--moe-backend")
-    user_env = environ.get("VLLM_MXFP4_USE_MARLIN", "")
-    if pin is not None and (user_flag == "marlin" or (pin.kind == "env" and user_env.lower() in ("1", "true"))):
+def _expected_moe(pin: Setting | None, plan: LaunchPlan) -> str | None:
+    """Marlin is expected in the log where the profile pins it and the launch still asks for Marlin (the pin kept,
+    or the user's own spelling of it in its place)."""
+    request = moe_request(plan)
+    if pin is not None and request is not None and request.backend == "marlin":
         return profiles.MARLIN_FAMILY
     return None
+
+
+# -- the MoE backend a launch asks for: the one reader -----------------------------------------------------
+
+MOE_FLAG = "--moe-backend"
+KERNEL_CONFIG_FLAG = "--kernel-config"  # KernelConfig's JSON; `--kernel-config.moe_backend X` is the dotted form
+MOE_KEY = "moe_backend"
+MARLIN_ENV = "VLLM_MXFP4_USE_MARLIN"
+# The MXFP4 selector's own variables (read 0.15.1-0.23, removed in 0.24: G15), in the order the oracle reads them
+# (0.19-0.23; 0.15.1-0.18 read the same ones, the two MXFP8 ones swapped), with the --moe-backend choice each names.
+# The BF16 one names FlashInfer's CUTLASS kernel on SM90 and its TRTLLM kernel on SM100 (the oracle raises elsewhere).
+MOE_ENV_BACKENDS: tuple[tuple[str, Mapping[str, str]], ...] = (
+    ("VLLM_USE_FLASHINFER_MOE_MXFP4_BF16", {"sm90": "flashinfer_cutlass", "sm100": "flashinfer_trtllm"}),
+    ("VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8", {"*": "flashinfer_trtllm"}),
+    ("VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8_CUTLASS", {"*": "flashinfer_cutlass"}),
+    (MARLIN_ENV, {"*": "marlin"}),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class MoeRequest:
+    """The MoE backend a launch names to vLLM's MXFP4 selector (moe_request), and how it names it."""
+
+    backend: str  # a --moe-backend choice as vLLM normalises it: "marlin", "flashinfer_cutlass"
+    how: Literal["flag", "kernel-config", "env"]
+    name: str  # the flag or the variable: "--moe-backend", "--kernel-config.moe_backend", "VLLM_MXFP4_USE_MARLIN"
+    value: str  # as written
+    ours: bool  # the launcher's own setting (the profile's pin, --fast-moe, a tuned profile), not the user's
+
+    @property
+    def spelling(self) -> str:
+        """How it reads in a message: `--moe-backend marlin`, `VLLM_MXFP4_USE_MARLIN=1`."""
+        if self.how == "env":
+            return f"{self.name}={self.value}"
+        if self.name == KERNEL_CONFIG_FLAG:
+            return f"--kernel-config's {MOE_KEY} {self.backend}"
+        return f"{self.name} {self.backend}"
+
+    @property
+    def undo(self) -> str:
+        """The fix that takes it back: a variable is unset, a flag dropped."""
+        return f"unset {self.name}" if self.how == "env" else f"drop {self.spelling}"
+
+
+def moe_request(plan: LaunchPlan) -> MoeRequest | None:
+    """The MoE backend this launch names, as vLLM decides it (read on the 0.17.1, 0.19.1-0.24.0 and 0.33.0 wheels):
+    a --moe-backend other than auto wins (argparse keeps the last), then `--kernel-config`'s moe_backend, both
+    lower-cased with - read as _ (the flag's `type`, KernelConfig's validator), and only where the MXFP4 selector
+    honours the flag (0.19+; 0.17-0.18 have it and ignore it). Else the selector's variables, where it reads them,
+    in its order, each on as vLLM reads it: bool(int(value)), so `true` is not on (int() refuses it). None: vLLM
+    chooses. -O and --compilation-config play no part in it. --enable-lora's own choice is reproducibility's (G46)."""
+    caps = plan.capabilities
+    # capabilities=None: only the plans tests/numerics/test_numerics.py builds by hand (typed as required)
+    honoured = caps is None or caps.moe.honours_moe_backend
+    named = _named_backend(plan) if honoured else None
+    return named or _env_backend(plan)
+
+
+def _named_backend(plan: LaunchPlan) -> MoeRequest | None:
+    flags = plan.vllm_flags
+    users = static.last_value(plan.extra_args, MOE_FLAG) is not None
+    flag = static.last_value(flags, MOE_FLAG)
+    if flag is not None and _moe_choice(flag) != "auto":  # vLLM: `if self.moe_backend != "auto"`, over the config
+        return MoeRequest(_moe_choice(flag), "flag", MOE_FLAG, flag, ours=not users)
+    found = config_value(flags, KERNEL_CONFIG_FLAG, MOE_KEY)
+    if found is not None and _moe_choice(found[1]) != "auto":
+        return MoeRequest(_moe_choice(found[1]), "kernel-config", found[0], found[1], ours=False)
+    return None
+
+
+def _env_backend(plan: LaunchPlan) -> MoeRequest | None:
+    caps, env = plan.capabilities, plan.env
+    for name, backends in MOE_ENV_BACKENDS:
+        backend = backends.get(plan.profile, backends.get("*"))
+        read = caps is None or name in caps.moe.env_reads
+        if backend is not None and read and env_switch(env, name):
+            return MoeRequest(backend, "env", name, env[name], ours=name in plan.env_additions)
+    return None
+
+
+def env_switch(environ: Mapping[str, str], name: str) -> bool | None:
+    """A switch as vLLM reads it, bool(int(value)): None when unset, or a value int() refuses (vLLM stops on it)."""
+    try:
+        return int(environ[name]) != 0
+    except (KeyError, ValueError):
+        return None
+
+
+def _moe_choice(value: str) -> str:
+    return value.lower().replace("-", "_")
+
+
+def config_value(args: Sequence[str], flag: str, key: str) -> tuple[str, str] | None:
+    """(the spelling, the value) of `key` in a JSON config flag (`--kernel-config '{"moe_backend": ...}'`, or the
+    dotted `--kernel-config.moe_backend ...`). vLLM's parser merges the dotted keys into one JSON value it puts last,
+    so where any dotted key of `flag` is given, that value replaces every JSON one; among either, the last wins."""
+    uses = [u for u in static.scan_flags(list(args)) if u.values and (u.name == flag or u.name.startswith(flag + "."))]
+    dotted = [u for u in uses if u.name != flag]
+    if dotted:
+        values = [u.values[0] for u in dotted if u.name == f"{flag}.{key}"]
+        return (f"{flag}.{key}", _json_text(values[-1])) if values else None
+    found = None
+    for use in uses:
+        try:
+            config = json.loads(use.values[0])
+        except ValueError:
+            continue
+        found = (flag, config[key]) if isinstance(config, dict) and isinstance(config.get(key), str) else None
+    return found
+
+
+def _json_text(value: str) -> str:
+    """A dotted value as vLLM reads it: JSON where it parses (`"marlin"` is marlin), else the text itself."""
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return value
+    return parsed if isinstance(parsed, str) else value
 
 
 def connect_host(host: str) -> str:

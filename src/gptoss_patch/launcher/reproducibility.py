@@ -34,8 +34,9 @@ prompts in flight at once on the H200, vanilla (Triton) against itself agreed on
 
 from __future__ import annotations
 
-from gptoss_patch.launcher import profiles
-from gptoss_patch.launcher.results import Check, LaunchPlan, Setting, Status
+from gptoss_patch.launcher import plan as planning, profiles, static
+from gptoss_patch.launcher.plan import MoeRequest
+from gptoss_patch.launcher.results import Check, LaunchPlan, Status
 
 NAME = "reproducibility"
 WHY_NOT = (
@@ -52,51 +53,35 @@ ONE_AT_A_TIME = (
 LORA_FLAG = "--enable-lora"
 LORA_AUTO_FROM = (0, 21)  # from here the automatic order picks the first LoRA-capable experts: Marlin
 LORA_TRITON_PROFILES = ("sm90", "sm100")  # the LoRA branch of 0.15.1-0.20.x takes Triton on SM90-SM10x only
-FALSE_VALUES = ("0", "false")  # vLLM's maybe_convert_bool: "0"/"false" -> False, unset -> None (Marlin)
 
 
-def marlin_setting(plan: LaunchPlan) -> Setting | None:
-    """The plan's setting that puts the experts on Marlin (flag or environment variable), if it is kept."""
-    for setting in plan.settings:
-        if setting.kind == "flag" and setting.name == "--moe-backend" and setting.values == ("marlin",):
-            return setting
-        if setting.kind == "env" and setting.name == "VLLM_MXFP4_USE_MARLIN" and setting.values[0].lower() in ("1", "true"):
-            return setting
-    return None
-
-
-def user_backend(plan: LaunchPlan) -> str | None:
-    """The user's own --moe-backend after -- (the last one wins, as in argparse)."""
-    from gptoss_patch.launcher import static
-
-    return static.last_value(plan.extra_args, "--moe-backend")
+def asked_marlin(plan: LaunchPlan) -> MoeRequest | None:
+    """What names Marlin in this launch (the flag, --kernel-config, VLLM_MXFP4_USE_MARLIN; the profile's or yours),
+    as vLLM decides among them (plan.moe_request)."""
+    request = planning.moe_request(plan)
+    return request if request is not None and request.backend == "marlin" else None
 
 
 def uses_marlin(plan: LaunchPlan) -> bool:
-    chosen = user_backend(plan)
-    if chosen is not None:
-        return chosen == "marlin"
-    marlin_env = plan.env.get("VLLM_MXFP4_USE_MARLIN", "").lower() in ("1", "true")
-    return marlin_setting(plan) is not None or marlin_env or lora_marlin(plan)
+    return lora_marlin(plan) or asked_marlin(plan) is not None
 
 
 def lora_enabled(plan: LaunchPlan) -> bool:
     """--enable-lora in force (argparse keeps the last of --enable-lora / --no-enable-lora)."""
-    from gptoss_patch.launcher import static
-
     switches = [use.name for use in static.scan_flags(plan.extra_args) if use.name in (LORA_FLAG, "--no-enable-lora")]
     return bool(switches) and switches[-1] == LORA_FLAG
 
 
 def lora_marlin(plan: LaunchPlan) -> bool:
-    """--enable-lora with no backend named: vLLM puts the experts on Marlin (G46), except on 0.15.1-0.20.x where
-    VLLM_MXFP4_USE_MARLIN=0 on SM90-SM10x selects the unfused Triton experts instead."""
+    """--enable-lora puts the experts on Marlin (G46). From 0.21.0 when no backend is named; on 0.15.1-0.20.x the
+    selector's LoRA branch runs before any named backend, and takes the unfused Triton experts instead only where
+    VLLM_MXFP4_USE_MARLIN is false (bool(int(value))) on SM90-SM10x."""
     if not lora_enabled(plan) or plan.profile == "cpu":
         return False
     if plan.installation.version.release[:2] < LORA_AUTO_FROM:
-        marlin_off = plan.env.get("VLLM_MXFP4_USE_MARLIN", "").strip().lower() in FALSE_VALUES
+        marlin_off = planning.env_switch(plan.env, planning.MARLIN_ENV) is False
         return not (plan.profile in LORA_TRITON_PROFILES and marlin_off)
-    return True
+    return planning.moe_request(plan) is None
 
 
 def check_reproducibility(plan: LaunchPlan) -> tuple[Check, ...]:
@@ -109,31 +94,30 @@ def check_reproducibility(plan: LaunchPlan) -> tuple[Check, ...]:
 
 
 def _lora_only(plan: LaunchPlan) -> bool:
-    """Marlin because of --enable-lora alone: nothing else in the plan names it."""
-    named = user_backend(plan) is not None or marlin_setting(plan) is not None
-    return lora_marlin(plan) and not named and plan.env.get("VLLM_MXFP4_USE_MARLIN", "").lower() not in ("1", "true")
+    """Marlin because of --enable-lora alone: nothing in the plan names it."""
+    return lora_marlin(plan) and asked_marlin(plan) is None
 
 
 def _source(plan: LaunchPlan) -> str:
-    if _lora_only(plan):
+    asked = asked_marlin(plan)
+    if asked is None:  # _lora_only
         return f"{LORA_FLAG} puts gpt-oss's experts on Marlin (vLLM's choice for LoRA, vllm#30598) and"
-    if user_backend(plan) == "marlin":
-        return "your --moe-backend marlin"
-    if plan.profile in profiles.SM12X and marlin_setting(plan) is not None:
+    if not asked.ours:
+        return f"your {asked.spelling}"
+    if plan.profile in profiles.SM12X:
         return f"the {plan.profile} profile's Marlin MoE kernel"
-    if marlin_setting(plan) is not None:
-        return "--fast-moe (Marlin's MoE kernel)"
-    return f"your VLLM_MXFP4_USE_MARLIN={plan.env.get('VLLM_MXFP4_USE_MARLIN')}"
+    return "--fast-moe (Marlin's MoE kernel)"
 
 
 def _fix(plan: LaunchPlan) -> str:
-    if _lora_only(plan):
+    asked = asked_marlin(plan)
+    if asked is None:  # _lora_only
         return (f"drop {LORA_FLAG} (vLLM's Triton MXFP4 experts again), or -- --max-num-seqs 1 (one request at a time, "
                 "every prompt pass a batch of one)")
     if plan.profile in profiles.SM12X:
         return ONE_AT_A_TIME
-    if user_backend(plan) == "marlin":
-        return "-- --moe-backend triton (vLLM's Triton MXFP4 kernel) instead of marlin"
-    if marlin_setting(plan) is not None:
+    if asked.ours:
         return "drop --fast-moe (vLLM's Triton MXFP4 kernel on Hopper), or -- --moe-backend triton"
-    return "unset VLLM_MXFP4_USE_MARLIN, or -- --moe-backend triton"
+    if asked.how == "env":
+        return f"{asked.undo}, or -- --moe-backend triton"
+    return "-- --moe-backend triton (vLLM's Triton MXFP4 kernel) instead of marlin"

@@ -25,6 +25,7 @@ from packaging.version import InvalidVersion, Version
 from gptoss_patch import distinfo
 from gptoss_patch.launcher import plan as planning
 from gptoss_patch.launcher.options import is_loopback
+from gptoss_patch.launcher.plan import MoeRequest
 from gptoss_patch.launcher.results import Check, LaunchPlan, Status
 from gptoss_patch.launcher.static import scan_flags
 from gptoss_patch.spec import RUST_FRONTEND, State, rust_frontend_on
@@ -212,15 +213,15 @@ def check_tool_parser(plan: LaunchPlan) -> list[Check]:
 def check_forced_moe_on_gb10(plan: LaunchPlan) -> list[Check]:
     if plan.profile != "sm121":
         return []
-    value = planning.effective(plan, "--moe-backend")
-    if value not in FORCED_MOE_ON_GB10:
+    asked = planning.moe_request(plan)
+    if asked is None or asked.backend not in FORCED_MOE_ON_GB10:
         return []
-    why, (first, end), upstream = FORCED_MOE_ON_GB10[value]
+    why, (first, end), upstream = FORCED_MOE_ON_GB10[asked.backend]
     release = plan.installation.version.release[:2]
     if release < first or (end is not None and release >= end):
         return []
-    message = f"--moe-backend {value} on GB10 (SM121): {why} ({upstream})"
-    return [Check("moe-backend", Status.WARN, message, fix="drop --moe-backend (automatic selection works on GB10) or use marlin", issue="G29")]
+    message = f"{asked.spelling} on GB10 (SM121): {why} ({upstream})"
+    return [Check("moe-backend", Status.WARN, message, fix=f"{asked.undo} (automatic selection works on GB10) or use marlin", issue="G29")]
 
 
 # -- G30: FP8 KV cache on the sliding-window layers --------------------------------------------------
@@ -282,33 +283,31 @@ def check_flashinfer_moe_build(plan: LaunchPlan) -> list[Check]:
         return []
     site = Path(plan.installation.site_packages)
     version = installed_version(site, "flashinfer_python")
+    named = asked.spelling
     if version is None:
-        message = f"{asked} needs flashinfer-python, which is not installed in the target: vLLM refuses the backend at start-up"
-        fix = f"{pip_command(plan.installation.python, 'check')} (vLLM requires flashinfer-python), or drop {asked}"
+        message = f"{named} needs flashinfer-python, which is not installed in the target: vLLM refuses the backend at start-up"
+        fix = f"{pip_command(plan.installation.python, 'check')} (vLLM requires flashinfer-python), or {asked.undo}"
         return [Check("moe-build", Status.WARN, message, fix=fix, issue="G32")]
     built = compiled_sm90_moe(site, version, plan.env)
     if built is not None:
-        return [Check("moe-build", Status.PASS, f"{asked}: FlashInfer {version}'s SM90 MoE kernel is compiled ({built})", issue="G32")]
+        return [Check("moe-build", Status.PASS, f"{named}: FlashInfer {version}'s SM90 MoE kernel is compiled ({built})", issue="G32")]
     message = (
-        f"{asked} on Hopper: FlashInfer {version} compiles its SM90 MoE kernel ({SM90_MOE_MODULE}) on the first "
+        f"{named} on Hopper: FlashInfer {version} compiles its SM90 MoE kernel ({SM90_MOE_MODULE}) on the first "
         f"start ({SM90_MOE_BUILD}): the server is not ready for about an hour"
     )
     build = "from flashinfer.fused_moe.core import get_cutlass_fused_moe_module as build; build('90')"
-    fix = f"compile it once before serving: {plan.installation.python} -c \"{build}\"; or drop {asked} (vLLM then picks its Triton kernel on Hopper)"
+    fix = f"compile it once before serving: {plan.installation.python} -c \"{build}\"; or {asked.undo} (vLLM then picks its Triton kernel on Hopper)"
     return [Check("moe-build", Status.WARN, message, fix=fix, issue="G32")]
 
 
-def flashinfer_moe_asked(plan: LaunchPlan) -> str | None:
-    """How this launch asks vLLM for FlashInfer's CUTLASS MoE kernel, as the user wrote it; None if it does not."""
-    caps = plan.capabilities
-    if caps is None:
+def flashinfer_moe_asked(plan: LaunchPlan) -> MoeRequest | None:
+    """What asks vLLM for FlashInfer's CUTLASS MXFP4 x BF16 MoE kernel (--moe-backend flashinfer_cutlass, or
+    VLLM_USE_FLASHINFER_MOE_MXFP4_BF16 on SM90), as vLLM decides among the launch's spellings; None if nothing does.
+    Not the MXFP8-activation variable: another kernel."""
+    asked = planning.moe_request(plan)
+    if asked is None or asked.backend != FLASHINFER_MOE_CHOICE:
         return None
-    if planning.effective(plan, "--moe-backend") == FLASHINFER_MOE_CHOICE and caps.moe.honours_moe_backend:
-        return f"--moe-backend {FLASHINFER_MOE_CHOICE}"
-    value = plan.env.get(FLASHINFER_MOE_ENV, "").strip()
-    if value.isdigit() and int(value) and caps.env.knows(FLASHINFER_MOE_ENV):  # vLLM reads it as bool(int(value))
-        return f"{FLASHINFER_MOE_ENV}={value}"
-    return None
+    return asked if asked.how != "env" or asked.name == FLASHINFER_MOE_ENV else None
 
 
 def installed_version(site: Path, project: str) -> str | None:
@@ -348,12 +347,12 @@ def check_flashinfer_moe_accuracy(plan: LaunchPlan) -> list[Check]:
         return []  # not installed: G32's row says vLLM refuses the backend
     first, fixed = FLASHINFER_WRONG_RESULTS
     message = (
-        f"{asked} on Hopper: FlashInfer {version}'s CUTLASS MXFP4 x BF16 MoE kernel computes wrong results "
+        f"{asked.spelling} on Hopper: FlashInfer {version}'s CUTLASS MXFP4 x BF16 MoE kernel computes wrong results "
         f"(gpt-oss-20b scored 0.000 on GPQA; flashinfer#3334, #5438): {first} up to {fixed} are affected, and "
         f"vLLM {VLLM_WITH_FIXED_FLASHINFER} and later pin {FLASHINFER_FIXED_PIN}, which is not"
     )
     upgrade = pip_command(plan.installation.python, "install", f"vllm>={VLLM_WITH_FIXED_FLASHINFER}")
-    fix = (f"{_drop(asked)} (vLLM then runs its Triton kernel on Hopper), or {upgrade} "
+    fix = (f"{asked.undo} (vLLM then runs its Triton kernel on Hopper), or {upgrade} "
            f"(flashinfer-python {FLASHINFER_FIXED_PIN})")
     return [Check("moe-backend", Status.FAIL, message, fix=fix, issue="G47")]
 
@@ -364,11 +363,6 @@ def flashinfer_gives_wrong_results(version: str) -> bool:
         return first <= Version(version) < fixed
     except InvalidVersion:
         return False
-
-
-def _drop(asked: str) -> str:
-    """How to undo what flashinfer_moe_asked found: a flag is dropped, a variable unset."""
-    return f"unset {asked.split('=')[0]}" if "=" in asked else f"drop {asked}"
 
 
 # -- G45: VLLM_BATCH_INVARIANT=1 moves gpt-oss's experts to another kernel ----------------------------
@@ -404,9 +398,9 @@ def check_batch_invariance(plan: LaunchPlan) -> list[Check]:
     release = plan.installation.version.release[:2]
     if release < BATCH_INVARIANT_GATE_FROM:
         return []
-    named = requested_moe_backend(plan)
+    named = planning.moe_request(plan)
     if named is not None:
-        return _named_backend_under_batch_invariance(plan, named, release)
+        return _named_backend_under_batch_invariance(plan, named.backend, release)
     running = batch_invariant_experts(release, humming=_humming_installed(plan))
     version = plan.installation.version
     unset = f"unset {BATCH_INVARIANT_ENV}"
@@ -434,17 +428,6 @@ def batch_invariant_experts(release: tuple[int, ...], *, humming: bool = True) -
     for first, end, running in BATCH_INVARIANT_EXPERTS:
         if first <= release[:2] and (end is None or release[:2] < end):
             return "EMULATION" if running == "HUMMING" and not humming else running
-    return None
-
-
-def requested_moe_backend(plan: LaunchPlan) -> str | None:
-    """The MoE backend this launch names (--moe-backend from the profile or the user, or VLLM_MXFP4_USE_MARLIN=1)."""
-    named = planning.effective(plan, "--moe-backend")
-    if named is not None and named != "auto":
-        return named
-    marlin_env = plan.env.get("VLLM_MXFP4_USE_MARLIN", "").strip().lower() in ("1", "true")
-    if marlin_env and plan.capabilities.env.knows("VLLM_MXFP4_USE_MARLIN"):
-        return "marlin"
     return None
 
 
