@@ -23,7 +23,6 @@ import pytest
 from tests.support.cli import states
 from tests.support.safety import (
     KILLED,
-    VERSION,
     Reference,
     assert_patched,
     assert_pristine,
@@ -37,7 +36,6 @@ from tests.support.safety import (
     print_line,
     spawn,
 )
-from tests.support.upstream import fresh_install
 
 pytestmark = pytest.mark.upstream
 COUNT = 8
@@ -104,12 +102,6 @@ def tally(request: pytest.FixtureRequest) -> Iterator[Tally]:
 @pytest.fixture(scope="module")
 def ref(tmp_path_factory: pytest.TempPathFactory) -> Reference:
     return Reference.build(tmp_path_factory.mktemp("concurrency") / "applied")
-
-
-@pytest.fixture
-def venv(tmp_path: Path) -> Path:
-    fresh_install(VERSION, tmp_path / "venv")
-    return tmp_path / "venv"
 
 
 @pytest.fixture

@@ -79,12 +79,6 @@ def ref(tmp_path_factory: pytest.TempPathFactory) -> Reference:
     return Reference.build(tmp_path_factory.mktemp("hostile") / "applied")
 
 
-@pytest.fixture
-def venv(tmp_path: Path) -> Path:
-    fresh_install(VERSION, tmp_path / "venv")
-    return tmp_path / "venv"
-
-
 def apply_ok(venv: Path, ref: Reference) -> None:
     done = gptoss(venv, "apply")
     assert done.returncode == 0, describe(done)

@@ -13,19 +13,13 @@ from gptoss_patch.engine.record import read_hashes
 from gptoss_patch.fsutil import sha256
 from tests.support.catalogue import stock_states
 from tests.support.cli import run, states
-from tests.support.upstream import fresh_install, replace_file, site_packages, wheel_path
+from tests.support.upstream import replace_file, site_packages, wheel_path
 
 pytestmark = pytest.mark.upstream
 VERSION = "0.17.1"
 SERVING = "vllm/entrypoints/openai/chat_completion/serving.py"
 MARLIN = "vllm/model_executor/layers/quantization/utils/marlin_utils.py"
 MXFP4 = "vllm/model_executor/layers/quantization/mxfp4.py"
-
-
-@pytest.fixture
-def venv(tmp_path: Path) -> Path:
-    fresh_install(VERSION, tmp_path / "venv")
-    return tmp_path / "venv"
 
 
 def matches_record(venv: Path, *rels: str) -> bool:
