@@ -13,6 +13,7 @@ import pytest
 
 from gptoss_patch.launcher import plan as planning, runner, smoke
 from tests.launcher.conftest import MODEL, free_port, healthy, pid_alive, read_record, resolve, wait_until
+from tests.launcher.recorded import facts
 from tests.support.terminal import default_signals
 
 
@@ -207,7 +208,8 @@ def test_ctrl_c_forwarded_to_a_cleanly_exiting_vllm_makes_serve_exit_130(tmp_pat
     (tmp_path / "graceful_server.py").write_text(GRACEFUL_SERVER)
     plan = LaunchPlan(installation=None, executable=Path(sys.executable), model="m", profile="cpu", profile_source="test",
                       settings=(), notes=(), extra_args=(), base_env={**os.environ, "PYTHONPATH": str(tmp_path)},
-                      server_module="graceful_server", patch_report=None, capabilities=None, options=None, vocabulary=None, parallel=None)
+                      server_module="graceful_server", patch_report=None, capabilities=facts("0.20.2").capabilities,
+                      options=None, vocabulary=None, parallel=None)
 
     def echo(line: str) -> None:
         if line == "up\n":  # the forwarding handler is installed by then (or a moment later: the timer waits)

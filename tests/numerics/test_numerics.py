@@ -17,6 +17,7 @@ from gptoss_patch.errors import TargetError, UsageError
 from gptoss_patch.launcher import reproducibility
 from gptoss_patch.launcher.results import LaunchPlan, Setting, Status
 from gptoss_patch.numerics import kernel_check, kernels, served
+from tests.launcher.recorded import facts
 from tests.support import harness, measured
 
 SPEC = ServerSpec("profile", ("vllm", "serve", "/m"), {}, 8000, "/m")
@@ -403,9 +404,12 @@ def test_the_tables_fit_80_columns(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def plan(profile: str, *settings: Setting, extra: tuple[str, ...] = ()) -> LaunchPlan:
+    """A plan with vLLM 0.20.2's recorded capabilities: its MXFP4 selector honours --moe-backend and reads
+    VLLM_MXFP4_USE_MARLIN, so both ways of naming Marlin count."""
     return LaunchPlan(
         installation=None, executable=Path("/v/bin/vllm"), model="/m", profile=profile, profile_source="--gpu",
-        settings=settings, notes=(), extra_args=extra, base_env={}, patch_report=None, capabilities=None, options=None, vocabulary=None, parallel=None,
+        settings=settings, notes=(), extra_args=extra, base_env={}, patch_report=None,
+        capabilities=facts("0.20.2").capabilities, options=None, vocabulary=None, parallel=None,
     )  # fmt: skip
 
 

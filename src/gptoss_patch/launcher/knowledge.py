@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 from packaging.version import InvalidVersion, Version
 
+from gptoss_patch.launcher.plan import MARLIN_ENV, switch_value
 from gptoss_patch.launcher.profiles import marlin_pin_spelling
 from gptoss_patch.launcher.results import KnownIssue
 from gptoss_patch.launcher.static import Capabilities
@@ -45,13 +46,16 @@ FOLKLORE_FLAGS = {
 
 
 def env_replacement(name: str, value: str, caps: Capabilities) -> str | None:
-    """What to write instead of an env var this vLLM does not know, or None when nothing replaces it."""
+    """What to write instead of an env var this vLLM does not know, or None when nothing replaces it.
+
+    VLLM_MXFP4_USE_MARLIN's value is read as the releases that read it do (bool(int(value))): a value they refuse
+    (`false`, `true`, empty) asked for nothing, so nothing replaces it."""
     if name == "VLLM_MXFP4_BACKEND":
         return _mxfp4_backend_replacement(value, caps)
     if name == "VLLM_ATTENTION_BACKEND" and caps.has_flag("--attention-backend"):
         return f"--attention-backend {value}"
-    if name == "VLLM_MXFP4_USE_MARLIN" and value.strip().lower() in ("0", "false", ""):
-        return "nothing: unset, automatic selection is the default"
+    if name == MARLIN_ENV and not switch_value(value):  # None: a value vLLM refuses, which asked for nothing
+        return None if switch_value(value) is None else "nothing: unset, automatic selection is the default"
     for table, flag in ((MOE_ENV_FLAGS, "--moe-backend"), (LINEAR_ENV_FLAGS, "--linear-backend")):
         if name in table and caps.has_flag(flag):
             return table[name]

@@ -515,10 +515,7 @@ def moe_request(plan: LaunchPlan) -> MoeRequest | None:
     honours the flag (0.19+; 0.17-0.18 have it and ignore it). Else the selector's variables, where it reads them,
     in its order, each on as vLLM reads it: bool(int(value)), so `true` is not on (int() refuses it). None: vLLM
     chooses. -O and --compilation-config play no part in it. --enable-lora's own choice is reproducibility's (G46)."""
-    caps = plan.capabilities
-    # capabilities=None: only the plans tests/numerics/test_numerics.py builds by hand (typed as required)
-    honoured = caps is None or caps.moe.honours_moe_backend
-    named = _named_backend(plan) if honoured else None
+    named = _named_backend(plan) if plan.capabilities.moe.honours_moe_backend else None
     return named or _env_backend(plan)
 
 
@@ -538,17 +535,22 @@ def _env_backend(plan: LaunchPlan) -> MoeRequest | None:
     caps, env = plan.capabilities, plan.env
     for name, backends in MOE_ENV_BACKENDS:
         backend = backends.get(plan.profile, backends.get("*"))
-        read = caps is None or name in caps.moe.env_reads
-        if backend is not None and read and env_switch(env, name):
+        if backend is not None and name in caps.moe.env_reads and env_switch(env, name):
             return MoeRequest(backend, "env", name, env[name], ours=name in plan.env_additions)
     return None
 
 
 def env_switch(environ: Mapping[str, str], name: str) -> bool | None:
     """A switch as vLLM reads it, bool(int(value)): None when unset, or a value int() refuses (vLLM stops on it)."""
+    return switch_value(environ[name]) if name in environ else None
+
+
+def switch_value(value: str) -> bool | None:
+    """A switch's value as vLLM's envs.py reads it (maybe_convert_bool: bool(int(value))): None for a value int()
+    refuses, which vLLM stops on (`false`, `true`, an empty value); surrounding blanks and `00` are fine."""
     try:
-        return int(environ[name]) != 0
-    except (KeyError, ValueError):
+        return int(value) != 0
+    except ValueError:
         return None
 
 

@@ -210,4 +210,5 @@ SPEC = PatchSpec(
         "builder (harmony_responses_instructions) expects: apply both there."
     ),
     python_frontend=True,
+    probe_needs_vocabulary=True,  # verify/probes/probe_harmony_responses_channels.py renders the converted items
 )
