@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -24,6 +23,7 @@ from gptoss_patch.target import Installation
 from tests.launcher.installs import build_install, extract_static, install_vocabulary
 from tests.launcher.recorded import RecordedInstalls
 from tests.support.markers import needs
+from tests.support.servers import free_port
 
 MODEL = "openai/gpt-oss-20b"
 
@@ -114,12 +114,6 @@ def pending_summary(inst) -> str:
 
 def rows(checks: tuple[Check, ...] | list[Check], name: str) -> list[Check]:
     return [c for c in checks if c.name == name]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def pid_alive(pid: int) -> bool:

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from gptoss_patch import vocab
-from tests.launcher.conftest import MODEL, free_port
+from tests.launcher.conftest import MODEL
 from tests.launcher.installs import build_install
 from tests.support.cli import run
+from tests.support.servers import free_port
 
 pytestmark = pytest.mark.upstream  # every case builds a real 0.17.1 install (build_install)
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from gptoss_patch.launcher import profiles, reproducibility
 from gptoss_patch.launcher.results import Status
-from tests.launcher.conftest import free_port, resolve
+from tests.launcher.conftest import resolve
+from tests.support.servers import free_port
 
 MODEL_120B = "openai/gpt-oss-120b"
 

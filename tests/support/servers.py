@@ -81,10 +81,51 @@ class Server:
         return "\n".join(self.log_text().splitlines()[-lines:])
 
 
+# Ports for the servers the suite starts come from below the kernel's ephemeral range (ip_local_port_range, 32768 on),
+# where every client connection and every bind to port 0 takes its port: one chosen there can be taken between the
+# choice and the server's bind (CI saw bench refuse a port some connection held). Each .ci/run lane has its own block;
+# within a lane tests run one at a time. bench starts its servers on port, port+1 and port+2: those are free too.
+LANE_BLOCKS = ("check", "demo", "server", "harness", "upstream")
+FIRST_PORT, BLOCK_SIZE, NEIGHBOURS = 20000, 2000, 3
+_cursor: list[int] = []  # the next port this process tries
+
+
 def free_port() -> int:
+    """A port of 127.0.0.1 that is free now, with the NEIGHBOURS - 1 after it, outside the ephemeral range."""
+    first, size = _port_block()
+    if size < NEIGHBOURS:  # no room below the ephemeral range on this machine: the kernel's choice
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            return probe.getsockname()[1]
+    if not _cursor:
+        _cursor.append(first + (os.getpid() * 7) % (size - NEIGHBOURS))
+    for _ in range(size):
+        port = _cursor[0]
+        _cursor[0] = first + (port + NEIGHBOURS - first) % (size - NEIGHBOURS)
+        if all(_bindable(p) for p in range(port, port + NEIGHBOURS)):
+            return port
+    raise AssertionError(f"no {NEIGHBOURS} free consecutive ports in 127.0.0.1:{first}-{first + size - 1}")
+
+
+def _port_block() -> tuple[int, int]:
+    """(first port, how many) of this process's block: its lane's under .ci/run, the one after them otherwise."""
+    lane = os.environ.get("GPTOSS_PATCH_LANE", "")
+    index = LANE_BLOCKS.index(lane) if lane in LANE_BLOCKS else len(LANE_BLOCKS)
+    first = FIRST_PORT + index * BLOCK_SIZE
+    try:
+        ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32768
+    return first, max(0, min(BLOCK_SIZE, ephemeral - first))
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def serve_command(python: Path, model: Path, port: int, *extra: str, launcher_args: tuple[str, ...] = ()) -> list[str]:

@@ -14,10 +14,10 @@ import pytest
 
 from gptoss_patch import paths
 from gptoss_patch.engine import ledger
-from tests.launcher.conftest import free_port
 from tests.support import fakesite
 from tests.support.cli import run
 from tests.support.fakes import ENVS, FRONTEND, install_fake_vllm
+from tests.support.servers import free_port
 
 MODEL = "openai/gpt-oss-20b"
 ARG_UTILS = """\

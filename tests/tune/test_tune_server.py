@@ -35,7 +35,8 @@ def test_a_two_candidate_tune_gates_writes_the_profile_and_serve_uses_it(clone: 
     state = tmp_path / "state"  # the tool's cache root (servers.server_env): the profile is written here
     port = servers.free_port()
     proc = tool(python, state, "tune", str(model), "--gpu", "cpu", "--python", str(python), "--allow-unpatched",
-                "--axes", "none", "--candidate", "tokens-4096=--max-num-batched-tokens 4096", "--budget", "2m30s", "--concurrency", "1", "--repeat", "2", "--input-len", "16",
+                "--axes", "none", "--candidate", "tokens-4096=--max-num-batched-tokens 4096", "--budget", "2m30s",
+                "--concurrency", "1", "--repeat", "2", "--input-len", "16",
                 "--output-len", "8", "--port", str(port), "--log-dir", str(tmp_path / "logs"), "--json",
                 "--", *SERVE_ARGS, timeout=TIMEOUT)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
