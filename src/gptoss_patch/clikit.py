@@ -15,7 +15,7 @@ import inspect
 import re
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, Union
@@ -23,7 +23,7 @@ from typing import Any, TypeVar, Union
 import click
 from click.exceptions import Exit
 
-__all__ = ["Abort", "App", "Argument", "BadParameter", "Exit", "LazyGroup", "Option", "echo"]
+__all__ = ["Abort", "App", "Argument", "BadParameter", "Exit", "Group", "LazyGroup", "Option", "echo"]
 
 Abort = click.Abort
 BadParameter = click.BadParameter
@@ -59,6 +59,16 @@ class Argument:
     def __init__(self, *, help: str | None = None, metavar: str | None = None, show_default: bool = False) -> None:  # noqa: A002, ARG002
         object.__setattr__(self, "help", help)
         object.__setattr__(self, "metavar", metavar)
+
+
+@dataclass(frozen=True)
+class Group:
+    """Options declared once that reach a command as one value (pip's option groups):
+    `run: Annotated[ServerRun, Group(ServerRun, {"json": (JsonOption, False), ...})]` lists the members, in this
+    order, where the parameter stands, and passes `make(**their values)` in its place."""
+
+    make: Callable[..., Any]
+    members: Mapping[str, tuple[Any, Any]]  # name -> (the annotated hint, the default)
 
 
 class _Formatter(click.HelpFormatter):
@@ -149,9 +159,8 @@ def _parameter(name: str, hint: Any, default: Any) -> click.Parameter:
     )  # fmt: skip
 
 
-def _arguments_help(params: list[click.Parameter], func: Callable[..., Any]) -> str:
+def _arguments_help(params: list[click.Parameter], hints: Mapping[str, Any]) -> str:
     """click prints no help for arguments: say them in the command's help, one line each."""
-    hints = typing.get_type_hints(func, include_extras=True)
     lines = []
     for param in params:
         marker = next((m for m in getattr(hints.get(param.name or ""), "__metadata__", ()) if isinstance(m, Argument)), None)
@@ -160,7 +169,7 @@ def _arguments_help(params: list[click.Parameter], func: Callable[..., Any]) -> 
     return "\b\n" + "\n".join(lines) if lines else ""
 
 
-def _exits_help(func: Callable[..., Any], name: str, signature: typing.Mapping[str, inspect.Parameter]) -> str:
+def _exits_help(func: Callable[..., Any], name: str, signature: Mapping[str, Any]) -> str:
     """The command's own exit codes (errors.exit_codes_help): 4 derived from --python/--venv, the rest from the table
     errors.py keeps by command (`hook install` is the command `install` of commands/hook.py)."""
     from gptoss_patch.errors import exit_codes_help
@@ -201,16 +210,31 @@ def _apply_common(kwargs: dict[str, Any], takes_verbose: bool) -> None:
         render.configure(quiet=quiet, color=color)
 
 
+def _options_of(func: Callable[..., Any]) -> tuple[dict[str, tuple[Any, Any]], dict[str, Group]]:
+    """{name: (hint, default)} of every option in signature order, each Group's members where it stands; the groups."""
+    hints = typing.get_type_hints(func, include_extras=True)
+    options: dict[str, tuple[Any, Any]] = {}
+    groups: dict[str, Group] = {}
+    for p in inspect.signature(func).parameters.values():
+        hint = hints.get(p.name, str)
+        group = next((m for m in getattr(hint, "__metadata__", ()) if isinstance(m, Group)), None)
+        if group is None:
+            options[p.name] = (hint, p.default)
+        else:
+            groups[p.name] = group
+            options.update(group.members)
+    return options, groups
+
+
 def build(func: Callable[..., Any], name: str, **attrs: Any) -> click.Command:
     """The click command for `func`: its parameters in signature order, its docstring as the help."""
-    hints = typing.get_type_hints(func, include_extras=True)
-    signature = inspect.signature(func).parameters
-    params = [_parameter(p.name, hints.get(p.name, str), p.default) for p in signature.values()]
-    takes_verbose = "verbose" in signature
+    options, groups = _options_of(func)
+    params = [_parameter(option, hint, default) for option, (hint, default) in options.items()]
+    takes_verbose = "verbose" in options
     params += common_options()
     doc = inspect.cleandoc(func.__doc__ or "")
-    args_help = _arguments_help(params, func)
-    exits = _exits_help(func, name, signature)
+    args_help = _arguments_help(params, {option: hint for option, (hint, _) in options.items()})
+    exits = _exits_help(func, name, options)
     help_text = plain("\n\n".join(part for part in (doc, args_help) if part))
     short = plain(doc.split("\n\n", 1)[0].replace("\n", " ")) if doc else None
 
@@ -219,6 +243,8 @@ def build(func: Callable[..., Any], name: str, **attrs: Any) -> click.Command:
         for key, value in kwargs.items():
             if isinstance(value, tuple):  # click's `multiple`/nargs=-1 give tuples; the functions take lists or None
                 kwargs[key] = list(value) or None
+        for key, group in groups.items():
+            kwargs[key] = group.make(**{member: kwargs.pop(member) for member in group.members})
         return func(**kwargs)
 
     attrs.setdefault("epilog", exits)  # after the options: every --help ends with the command's exit codes

@@ -6,10 +6,13 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Annotated
 
 import pytest
 
+from gptoss_patch import clikit
 from gptoss_patch.cli import app
+from gptoss_patch.commands._measure import RunOptions, ServerRun
 from tests.support import fakesite
 from tests.support.cli import run
 
@@ -391,3 +394,25 @@ def test_list_joins_adjacent_bands_into_one_range_and_says_which_versions_each_t
     shown = run("list", "--wide", "--only", "harmony_instructions").stdout
     assert "0.15.1–0.22.x" in shown and "|" not in shown.split("\n", 3)[3].split("│")[2]
     assert "vllm/entrypoints/openai/chat_completion/serving.py (0.15.1–0.17.x)" in shown
+
+
+# -- clikit.Group: options declared once that reach a command as one value ---------------------------------
+
+
+def test_an_option_group_is_listed_where_it_stands_and_reaches_the_command_as_one_value() -> None:
+    got = []
+    group = clikit.App()
+
+    @group.command("measure")
+    def measure(first: Annotated[int, clikit.Option("--first")] = 1, *, run: RunOptions,
+                last: Annotated[str, clikit.Option("--last")] = "x") -> None:  # fmt: skip
+        got.append((first, run, last))
+
+    given = run("measure", "--log-dir", "/l", "--json", "-vv", "--first", "2", command=group)
+    assert given.exit_code == 0, given.output
+    assert got == [(2, ServerRun(start_timeout=900.0, log_dir=Path("/l"), json=True, verbose=2), "x")]
+    assert run("measure", command=group).exit_code == 0
+    assert got[-1] == (1, ServerRun(start_timeout=900.0, log_dir=None, json=False, verbose=0), "x")
+    shown = run("measure", "--help", columns=200, command=group).stdout
+    places = [shown.index(option) for option in ("--first", "--start-timeout", "--log-dir", "--json", "--verbose", "--last")]
+    assert places == sorted(places)

@@ -54,6 +54,23 @@ def test_vllm_mxfp4_use_marlin_is_fine_on_0171_and_removed_on_0330(recorded):
     assert (check.status, check.fix) == (Status.FAIL, "use --moe-backend marlin instead")
 
 
+UNSET_MARLIN_ENV = "use nothing: unset, automatic selection is the default instead"
+
+
+@pytest.mark.parametrize(
+    ("value", "fix"),
+    [("1", "use --moe-backend marlin instead"), (" 1 ", "use --moe-backend marlin instead"), ("2", "use --moe-backend marlin instead"),
+     ("0", UNSET_MARLIN_ENV), ("00", UNSET_MARLIN_ENV),
+     ("false", "unset VLLM_MXFP4_USE_MARLIN"), ("true", "unset VLLM_MXFP4_USE_MARLIN"), ("", "unset VLLM_MXFP4_USE_MARLIN"),
+     ("on", "unset VLLM_MXFP4_USE_MARLIN")],
+)  # fmt: skip
+def test_the_removed_marlin_variable_is_read_as_the_releases_that_read_it(recorded, value, fix):
+    # 0.15.1-0.23 read it with maybe_convert_bool, bool(int(value)) (envs.py); on the 0.17.1 and 0.23.0 wheels 1, " 1 ",
+    # 2 were on, 0 and 00 off, and false, true, "" and on raised ValueError: none of those asked for Marlin or for off
+    check = only(checks_for(recorded["0.33.0"], {"VLLM_MXFP4_USE_MARLIN": value}), "env")
+    assert (check.status, check.fix, check.issue) == (Status.FAIL, fix, "G15")
+
+
 def test_a_typo_gets_a_did_you_mean(recorded):
     check = only(checks_for(recorded["0.17.1"], {"VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTION": "1"}), "env")
     assert check.status is Status.FAIL
@@ -423,6 +440,22 @@ def test_hopper_leaves_the_moe_kernel_to_vllm_by_default(recorded):
     assert "--moe-backend" not in plan.argv and plan.expected_moe is None
     assert profiles.SM90_MOE_NOTE in plan.notes
     assert only(checks.run(plan), "moe-backend").message.startswith("automatic selection")
+
+
+@pytest.mark.parametrize(
+    ("version", "environ", "extra", "named"),
+    [("0.33.0", {}, ("--moe-backend", "Triton"), "--moe-backend triton"),
+     ("0.33.0", {}, ("--moe-backend", "auto"), "automatic selection"),
+     ("0.33.0", {}, ("--kernel-config.moe_backend", "triton"), "--kernel-config.moe_backend triton"),
+     ("0.22.1", {"VLLM_MXFP4_USE_MARLIN": "1"}, (), "VLLM_MXFP4_USE_MARLIN=1"),
+     ("0.22.1", {"VLLM_MXFP4_USE_MARLIN": "true"}, (), "automatic selection"),
+     ("0.17.1", {}, ("--moe-backend", "marlin"), "automatic selection")],
+    ids=["flag-any-case", "flag-auto", "kernel-config", "variable", "variable-refused", "flag-ignored-before-0190"],
+)  # fmt: skip
+def test_the_moe_row_names_the_backend_as_vllm_reads_the_request(recorded, version, environ, extra, named):
+    # plan.moe_request: lower-cased, `auto` and a flag 0.17-0.18's selector ignores name nothing, the variables count
+    plan = resolve(recorded[version], environ, model="openai/gpt-oss-120b", gpu="sm90", extra_args=extra, allow_unpatched=True)
+    assert only(checks.run(plan), "moe-backend").message == f"{named}; the startup log line is reported"
 
 
 # -- a model directory without weights (`model random --no-weights`) ------------------------------------

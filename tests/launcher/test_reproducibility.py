@@ -78,3 +78,21 @@ def test_lora_on_sm121_keeps_the_profiles_own_row(recorded) -> None:
     plan = resolve(recorded["0.33.0"], model=MODEL_120B, gpu="sm121", extra_args=LORA, allow_unpatched=True)
     (check,) = reproducibility.check_reproducibility(plan)
     assert check.message.startswith("the sm121 profile's Marlin MoE kernel") and check.issue == ""
+
+
+def _fixes(recorded, version: str) -> dict[str, str]:
+    """The row's fix on `version` for --fast-moe and for the user's VLLM_MXFP4_USE_MARLIN=1 (each where it fires)."""
+    fast = resolve(recorded[version], model=MODEL_120B, gpu="sm90", fast_moe=True, allow_unpatched=True)
+    env = resolve(recorded[version], {"VLLM_MXFP4_USE_MARLIN": "1"}, model=MODEL_120B, gpu="sm90", allow_unpatched=True)
+    return {name: check.fix for name, plan in (("fast-moe", fast), ("env", env))
+            for check in reproducibility.check_reproducibility(plan)}
+
+
+def test_the_fix_offers_moe_backend_triton_only_where_vllm_reads_the_flag(recorded) -> None:
+    # 0.15.1-0.16.0 have no --moe-backend and 0.17-0.18's MXFP4 selector never reads it: a fix naming it would change
+    # nothing there (or stop vLLM); from 0.19 the selector honours it.
+    for version in ("0.16.0", "0.17.1"):
+        fixes = _fixes(recorded, version)
+        assert fixes and not any("--moe-backend" in fix for fix in fixes.values()), (version, fixes)
+    fixes = _fixes(recorded, "0.22.1")
+    assert set(fixes) == {"fast-moe", "env"} and all(f.endswith(", or -- --moe-backend triton") for f in fixes.values())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from gptoss_patch.errors import UsageError
 from gptoss_patch.launcher.gpus import Gpu
 from gptoss_patch.launcher.results import Setting
 from gptoss_patch.tune import AXES, parse_axes, select, user_candidates
+from tests.launcher.recorded import facts
 from tests.tune.conftest import H100, make_plan
 
 
@@ -49,6 +51,16 @@ def test_gb10_keeps_marlin_and_skips_the_kernels_the_catalogue_marks_wrong(tmp_p
     why = reasons(skipped)
     assert why["moe-marlin"].startswith("the reference's own MoE kernel")
     assert why["moe-triton"].startswith("G14:")
+
+
+def test_a_backend_your_environment_names_is_the_references_own_kernel(tmp_path: Path) -> None:
+    # 0.22.1's MXFP4 selector honours --moe-backend and still reads VLLM_MXFP4_USE_MARLIN (plan.moe_request)
+    plan = make_plan(tmp_path, version="0.22.1")
+    plan = dataclasses.replace(plan, capabilities=facts("0.22.1").capabilities,
+                               base_env={**plan.base_env, "VLLM_MXFP4_USE_MARLIN": "1"})  # fmt: skip
+    chosen, skipped = select(plan, (1,), ("moe",))
+    assert "moe-marlin" not in names(chosen)
+    assert reasons(skipped)["moe-marlin"] == "the reference's own MoE kernel (your VLLM_MXFP4_USE_MARLIN=1 names it)"
 
 
 def test_a_setting_given_after_the_double_dash_is_left_as_given(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from gptoss_patch import clikit
 from gptoss_patch.commands._launch import CompareOption, VariantOption, gate, launch_options
-from gptoss_patch.commands._measure import InputLenOption, OutputLenOption, ServerRun, run_options
+from gptoss_patch.commands._measure import InputLenOption, OutputLenOption, RunOptions
 from gptoss_patch.launcher.prepare import LaunchRequest
 from gptoss_patch.options import handles_errors
 
@@ -65,7 +65,6 @@ def register(app: clikit.App) -> None:
 
 @handles_errors
 @launch_options(servers=True)
-@run_options
 def bench(
     launch: LaunchRequest,
     concurrency: ConcurrencyOption = "1,2,4,5,8,10,16,32,64",
@@ -80,7 +79,7 @@ def bench(
     one_at_a_time: OneAtATimeOption = False,
     warm_up: WarmUpOption = True,
     *,
-    run: ServerRun,
+    run: RunOptions,
 ) -> None:
     """Measure the launcher's profile with vLLM's own `vllm bench serve`, against plain `vllm serve` with --compare vanilla.
 

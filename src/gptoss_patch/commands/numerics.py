@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 from gptoss_patch import clikit
 from gptoss_patch.commands._launch import CompareOption, VariantOption, gate, launch_options
-from gptoss_patch.commands._measure import ServerRun, run_options
+from gptoss_patch.commands._measure import RunOptions, ServerRun
 from gptoss_patch.launcher.prepare import LaunchRequest
 from gptoss_patch.options import handles_errors
 
@@ -64,7 +64,6 @@ def register(app: clikit.App) -> None:
 
 @handles_errors
 @launch_options(servers=True)
-@run_options
 def numerics(
     launch: LaunchRequest,
     level: LevelOption = "all",
@@ -78,7 +77,7 @@ def numerics(
     parallel: ParallelOption = 8,
     max_tokens: MaxTokensOption = 32,
     *,
-    run: ServerRun,
+    run: RunOptions,
 ) -> None:
     """Check that a configuration serves the same model: kernel error against float64, determinism, server agreement.
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from gptoss_patch import clikit
 from gptoss_patch.commands._launch import gate, launch_options
-from gptoss_patch.commands._measure import InputLenOption, OutputLenOption, ServerRun, run_options
+from gptoss_patch.commands._measure import InputLenOption, OutputLenOption, RunOptions, ServerRun
 from gptoss_patch.launcher.prepare import LaunchRequest
 from gptoss_patch.options import handles_errors
 
@@ -55,7 +55,6 @@ def register(app: clikit.App) -> None:
 
 @handles_errors
 @launch_options(servers=True, model_optional=True)
-@run_options
 def tune(
     launch: LaunchRequest,
     concurrency: ConcurrencyOption = "1,16,64",
@@ -68,7 +67,7 @@ def tune(
     show: ShowOption = False,
     discard: DiscardOption = False,
     *,
-    run: ServerRun,
+    run: RunOptions,
 ) -> None:
     """Measure serving configurations on this GPU and vLLM, keep those that pass the numerics gate, and leave the fastest in a profile file that `serve` and `doctor` use.
 

@@ -292,9 +292,9 @@ def check_capture_sizes(plan: LaunchPlan) -> list[Check]:
 
 def check_moe_backend(plan: LaunchPlan) -> list[Check]:
     if plan.profile not in profiles.SM12X:
-        chosen = planning.effective(plan, "--moe-backend")
-        if chosen:
-            return [Check("moe-backend", Status.PASS, f"--moe-backend {chosen}; the startup log line is reported")]
+        asked = planning.moe_request(plan)  # as vLLM reads it: `auto`, or a flag its selector ignores, names nothing
+        if asked is not None:
+            return [Check("moe-backend", Status.PASS, f"{asked.spelling}; the startup log line is reported")]
         return [Check("moe-backend", Status.PASS, "automatic selection; the startup log line is reported")]
     if plan.expected_moe is None:
         message = "MXFP4 MoE backend not pinned to Marlin on SM12x; the startup log is the only place the choice shows"

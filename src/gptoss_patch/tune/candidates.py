@@ -120,14 +120,15 @@ def moe(plan: LaunchPlan, _concurrency: tuple[int, ...]) -> list[Candidate | Ski
     quantization = planning.model_quantization(plan.model)
     if quantization != "mxfp4":
         return [Skipped("moe", f"{plan.model} is not MXFP4 ({quantization}): the MXFP4 MoE kernels do not apply")]
-    pinned = planning.effective(plan, "--moe-backend")
+    asked = planning.moe_request(plan)  # the reference's backend where the launch names one (the profile's pin)
     out: list[Candidate | Skipped] = []
     for choice in knowledge.GPT_OSS_MOE_BACKENDS:
         name = f"moe-{choice}"
         if choice not in caps.moe.choices:
             continue
-        if choice == pinned:
-            out.append(Skipped(name, "the reference's own MoE kernel (the built-in profile pins it)"))
+        if asked is not None and choice == asked.backend:
+            source = "the built-in profile pins it" if asked.ours else f"your {asked.spelling} names it"
+            out.append(Skipped(name, f"the reference's own MoE kernel ({source})"))
             continue
         reason = _moe_catalogue(plan, choice)
         if reason:
