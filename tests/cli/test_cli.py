@@ -12,7 +12,9 @@ import pytest
 
 from gptoss_patch import clikit
 from gptoss_patch.cli import app
+from gptoss_patch.commands._launch import LaunchGroup, ServersLaunchGroup
 from gptoss_patch.commands._measure import RunOptions, ServerRun
+from gptoss_patch.launcher.prepare import LaunchRequest
 from tests.support import fakesite
 from tests.support.cli import run
 
@@ -416,3 +418,25 @@ def test_an_option_group_is_listed_where_it_stands_and_reaches_the_command_as_on
     shown = run("measure", "--help", columns=200, command=group).stdout
     places = [shown.index(option) for option in ("--first", "--start-timeout", "--log-dir", "--json", "--verbose", "--last")]
     assert places == sorted(places)
+
+
+def test_the_launch_group_takes_model_and_the_words_after_dashes_and_fixes_what_measuring_commands_never_ask() -> None:
+    got = []
+    group = clikit.App()
+
+    @group.command("serves")
+    def serves(launch: LaunchGroup, json: Annotated[bool, clikit.Option("--json")] = False) -> None:
+        got.append((launch, json))
+
+    @group.command("measures")
+    def measures(launch: ServersLaunchGroup) -> None:
+        got.append((launch, None))
+
+    given = run("serves", "m", "--port", "9", "--no-tuned", "--json", "--", "-tp", "2", command=group)
+    assert given.exit_code == 0, given.output
+    assert got == [(LaunchRequest("m", extra_args=("-tp", "2"), port=9, tuned=False), True)]
+    assert run("measures", "m", command=group).exit_code == 0
+    assert got[-1] == (LaunchRequest("m", expect_reasoning=True, tuned=False), None)
+    refused = run("measures", "m", "--tuned", command=group)  # bench, numerics, tune measure the built-in profile
+    assert refused.exit_code == 2 and "--tuned" in refused.output
+    assert "MODEL" in run("serves", command=group).output  # MODEL is required: a usage error names it

@@ -215,4 +215,45 @@ RESPONSES_TABLE: dict[str, dict[str, Any]] = {
         ],
         "tools": [RESPONSES_WEATHER_TOOL],
     },
+    # Reasoning items as clients send them back (harmony_responses_channels, G53): two summary parts beside two content
+    # parts (only the content is rendered, joined on `analysis`; before a final answer the builder drops it, last it
+    # stays), and items with empty or no content, which 0.18.0 on skip (stock 0.15.1-0.17.x fail the request on
+    # `assert len(content) == 1` or a KeyError).
+    "reasoning_two_parts_last": {
+        "input": [
+            _item("user", "What is 2 + 2?"),
+            {"type": "reasoning", "id": "rs_1",
+             "summary": [{"type": "summary_text", "text": "Adding."}, {"type": "summary_text", "text": "It is 4."}],
+             "content": [{"type": "reasoning_text", "text": "2 + 2 is 4."}, {"type": "reasoning_text", "text": "Answer 4."}]},
+        ]
+    },
+    "reasoning_two_parts_then_answer": {
+        "input": [
+            _item("user", "What is 2 + 2?"),
+            {"type": "reasoning", "id": "rs_1",
+             "summary": [{"type": "summary_text", "text": "Adding."}, {"type": "summary_text", "text": "It is 4."}],
+             "content": [{"type": "reasoning_text", "text": "2 + 2 is 4."}, {"type": "reasoning_text", "text": "Answer 4."}]},
+            {"type": "message", "role": "assistant", "id": "msg_1", "status": "completed",
+             "content": [{"type": "output_text", "text": "4", "annotations": []}]},
+            _item("user", "And 3 + 3?"),
+        ]
+    },
+    "reasoning_empty_content": {
+        "input": [
+            _item("user", "What is 2 + 2?"),
+            {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "Adding."}], "content": []},
+            _item("user", "And 3 + 3?"),
+        ]
+    },
+    "reasoning_without_content": {
+        "input": [_item("user", "What is 2 + 2?"), {"type": "reasoning", "id": "rs_1", "summary": []}, _item("user", "hi")]
+    },
+    "function_call_empty_output": {
+        "input": [
+            _item("user", "Weather in Paris?"),
+            {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "Paris"}'},
+            {"type": "function_call_output", "call_id": "call_1", "output": ""},
+        ],
+        "tools": [RESPONSES_WEATHER_TOOL],
+    },
 }

@@ -75,6 +75,12 @@ FIXED = {
     **{f"responses/effort-{effort}": "harmony_responses_instructions: before 0.21.0 get_system_message's KeyError "
                                      "(500) under the patched preamble; patched answers 0.21.0's ValueError (400)"
        for effort in ("minimal", "none", "xhigh")},
+    **{f"responses/input-reasoning-{shape}": f"harmony_responses_channels: stock 0.15.1-0.17.x's item converter {fails}, "
+                                             "a 500; patched converts the item as 0.18.0 does (parts joined on analysis, "
+                                             "no content: no message)"
+       for shape, fails in (("two-parts", "asserts one content part (AssertionError)"),
+                            ("empty-content", "asserts one content part (AssertionError)"),
+                            ("no-content", "reads response_msg[\"content\"] (KeyError)"))},
 }
 
 
@@ -429,6 +435,25 @@ def _responses_cases(model: str) -> list[Case]:
         responses("input-assistant-refusal", input=[message, {
             "type": "message", "role": "assistant", "id": "msg_1", "status": "completed",
             "content": [{"type": "refusal", "refusal": "I can't help with that."}]}, message]),
+        # Reasoning items with two parts, empty or no content: stock 0.15.1-0.17.x fail them in the item converter
+        # (AssertionError or KeyError, a 500); harmony_responses_channels converts them as 0.18.0 does (FIXED).
+        responses("input-reasoning-two-parts", input=[message, {
+            "type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "hm"},
+                                                           {"type": "summary_text", "text": "ok"}],
+            "content": [{"type": "reasoning_text", "text": "hm"}, {"type": "reasoning_text", "text": "ok"}]}]),
+        responses("input-reasoning-empty-content", input=[message, {
+            "type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "hm"}], "content": []}, message]),
+        # Empty summary too: with openai<2.25 (what 0.17.1 and 0.18.0 require) the item stays a dict whose content is a
+        # lazy ValidatorIterator, and len() of it is a TypeError (400) on stock 0.17.1, 0.18.0 and patched alike.
+        responses("input-reasoning-empty", input=[message, {"type": "reasoning", "id": "rs_1", "summary": [],
+                                                            "content": []}, message]),
+        responses("input-reasoning-no-content", input=[message, {"type": "reasoning", "id": "rs_1", "summary": []},
+                                                       message]),
+        responses("input-function-call-empty-output", input=[message, {"type": "function_call", "call_id": "call_1",
+                                                                       "name": "get_weather", "arguments": "{}"},
+                                                             {"type": "function_call_output", "call_id": "call_1",
+                                                              "output": ""}],
+                  tools=[{"type": "function", **WEATHER["function"]}]),
         responses("input-function-call-malformed", input=[message, {"type": "function_call", "name": 5}]),
         responses("input-function-output-orphan", input=[message, {"type": "function_call_output", "call_id": "x",
                                                                    "output": "sunny"}]),

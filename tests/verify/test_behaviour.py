@@ -21,6 +21,7 @@ from tests.support import harness
 from tests.support.markers import needs
 
 BOTH = ["harmony_instructions", "marlin_atomic_add_sm121"]
+CHANNELS = "harmony_responses_channels"
 FLAG = "VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS"
 
 
@@ -33,8 +34,14 @@ def stock_0171() -> Path:
 @pytest.fixture(scope="module")
 def patched_0171(stock_0171: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     python = harness.clone_venv(stock_0171, tmp_path_factory.mktemp("patched") / "venv")
-    harness.apply_patches(python, BOTH)
+    harness.apply_patches(python, [*BOTH, CHANNELS])
     return python
+
+
+@pytest.fixture(scope="module")
+def patched_0171_probes(patched_0171: Path) -> dict[str, behaviour.ProbeResult]:
+    """The probes of patched 0.17.1, verbose, in one process for the tests that read it."""
+    return probe(patched_0171, [*BOTH, CHANNELS], verbose=True)
 
 
 @pytest.fixture
@@ -56,9 +63,9 @@ def probe(python: Path, patch_ids: list[str], *, verbose: bool) -> dict[str, beh
 # The probes each stock release's tests read, all in one process per release (verbose: the tests that look at the
 # rendered prompts need it, and it changes no verdict or evidence).
 STOCK_PROBES = {
-    "0.17.1": ["harmony_instructions", "marlin_atomic_add_sm121", "harmony_no_tools_channels", "harmony_stream_guard"],
-    "0.18.0": ["harmony_reasoning_effort"],
-    "0.22.1": ["harmony_instructions", "harmony_reasoning_effort"],
+    "0.17.1": ["harmony_instructions", "marlin_atomic_add_sm121", "harmony_no_tools_channels", "harmony_stream_guard", CHANNELS],
+    "0.18.0": ["harmony_reasoning_effort", CHANNELS],
+    "0.22.1": ["harmony_instructions", "harmony_reasoning_effort", CHANNELS],
 }
 
 
@@ -97,9 +104,8 @@ def test_stock_0171_fails_both_probes_with_the_bug_as_evidence(stock_probes: Cal
 
 
 @pytest.mark.harness
-@pytest.mark.usefixtures("vocab_env")
-def test_patched_0171_passes_both_probes_and_shows_the_prompts_on_verbose(patched_0171: Path) -> None:
-    results = by_id(behaviour.run(str(patched_0171), BOTH, verbose=True))
+def test_patched_0171_passes_both_probes_and_shows_the_prompts_on_verbose(patched_0171_probes: dict[str, behaviour.ProbeResult]) -> None:
+    results = patched_0171_probes
     harmony, marlin = results["harmony_instructions"], results["marlin_atomic_add_sm121"]
     assert (harmony.passed, marlin.passed) == (True, True), (harmony.evidence, marlin.evidence)
     assert "<|start|>developer<|message|># Instructions\n\nAlways answer like a pirate.<|end|>" in harmony.detail
@@ -300,3 +306,44 @@ def test_a_missing_package_is_suggested_with_the_installed_vllms_own_pin(tmp_pat
     assert (result.passed, result.missing) == (None, ("torch",)), result.evidence
     assert shutil.which("uv"), "the dev venv has uv"
     assert result.evidence.endswith(f"install with: uv pip install --python {python} torch==2.11.0")  # no pip in that venv
+
+
+# harmony_responses_channels (G53): Responses input items through the installed item converter.
+TOOL_OUTPUT_BARE = "function_call_output: rendered '<|start|>functions.get_weather<|message|>Sunny, 21 C<|end|>'"
+REASONING_ASSERT = "reasoning with two parts: AssertionError (at vllm/entrypoints/openai/responses/harmony.py:"
+EMPTY_ASSERT = "reasoning without content: AssertionError (at vllm/entrypoints/openai/responses/harmony.py:"
+
+
+@pytest.mark.harness
+@pytest.mark.parametrize(
+    ("version", "present", "absent"),
+    [("0.17.1", [TOOL_OUTPUT_BARE, REASONING_ASSERT, EMPTY_ASSERT], []),
+     ("0.18.0", [TOOL_OUTPUT_BARE], ["reasoning with two parts", "reasoning without content"])],
+    ids=["vllm-0.17.1-both", "vllm-0.18.0-tool-output-only"],
+)
+def test_stock_fails_the_channels_probe_on_the_items_it_gets_wrong(
+    version: str, present: list[str], absent: list[str], stock_probes: Callable[[str], dict[str, behaviour.ProbeResult]]
+) -> None:
+    result = stock_probes(version)[CHANNELS]
+    assert result.passed is False
+    assert result.evidence.startswith("vllm.entrypoints.openai.responses.harmony.response_input_to_harmony: "), result.evidence
+    assert all(p in result.evidence for p in present), result.evidence
+    assert not any(a in result.evidence for a in absent), result.evidence  # 0.18.0's reasoning branch is upstream's fix
+
+
+@pytest.mark.harness
+def test_stock_0221_passes_the_channels_probe(stock_probes: Callable[[str], dict[str, behaviour.ProbeResult]]) -> None:
+    # 0.22.0 is the fixing release (fixed_in): its own converter passes, so the probe can pass on unpatched code.
+    result = stock_probes("0.22.1")[CHANNELS]
+    assert result.passed is True, result.evidence
+
+
+@pytest.mark.harness
+def test_patched_0171_renders_responses_items_on_their_channels(patched_0171_probes: dict[str, behaviour.ProbeResult]) -> None:
+    result = patched_0171_probes[CHANNELS]
+    assert result.passed is True, result.evidence
+    assert "a reasoning item without content is no message (as 0.22.0)" in result.evidence
+    assert "<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>Sunny, 21 C<|end|>" in result.detail
+    assert ("<|start|>assistant<|channel|>analysis<|message|>The user wants the weather.\nI should call get_weather.<|end|>"
+            in result.detail)
+    assert "--- reasoning without content\nNone" in result.detail

@@ -1,27 +1,24 @@
 """Options and presentation shared by the commands that start vLLM: serve, doctor, bench, numerics (private: cli.py registers only public modules).
 
-Their launch options are one group (`launch_options`), which reaches the command as one LaunchRequest, and
-launcher.prepare.prepare() is their one launch path.
+Their launch options are one clikit.Group (`LaunchGroup` and its variants), which reaches the command as one
+LaunchRequest, and launcher.prepare.prepare() is their one launch path.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-import typing
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any
 
 from gptoss_patch import clikit
 from gptoss_patch.launcher import PROFILES
 from gptoss_patch.launcher.prepare import LOOPBACK, LaunchRequest
+from gptoss_patch.options import PythonOption, VenvOption, VllmOption, VocabOption
 
 if TYPE_CHECKING:  # the launcher is imported when a launcher command runs, not when the CLI starts
     from gptoss_patch.launcher.prepare import Prepared
     from gptoss_patch.launcher.results import Check, LaunchPlan
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 ModelArgument = Annotated[str, clikit.Argument(help="Model id or local path, as for `vllm serve`.", show_default=False)]
 ModelOptionalArgument = Annotated[str | None, clikit.Argument(help="Model id or path to check (optional).", show_default=False)]
@@ -115,43 +112,19 @@ LogDirOption = Annotated[
 ]
 
 
-def launch_options(*, servers: bool = False, model_optional: bool = False) -> Callable[[F], F]:
-    """The launch option group, declared once: the command gets one `launch: LaunchRequest` parameter in its place.
+def _request(*, extra: list[str] | None, **given: Any) -> LaunchRequest:
+    """The group's one value: the words after -- as extra_args, every other member as given."""
+    return LaunchRequest(extra_args=tuple(extra or ()), **given)
+
+
+def _launch_group(*, servers: bool, model_optional: bool) -> clikit.Group:
+    """The launch option group, declared once; the constants below give each command its variant.
 
     serve and doctor: one server for clients (--concurrency, --host, --allow-unauthenticated, --expect-reasoning,
     --tuned/--no-tuned). `servers`: bench, numerics and tune, which start servers on loopback for themselves; their
     clients read no reasoning (expect_reasoning), they measure the built-in profile (no tuned one), and the port is
     the first of theirs.
     """
-    group = _group(servers=servers, model_optional=model_optional)
-    # bench, numerics and tune measure the built-in profile, never a tuned one
-    fixed: dict[str, Any] = {"expect_reasoning": True, "tuned": False} if servers else {}
-
-    def decorate(func: F) -> F:
-        hints = typing.get_type_hints(func, include_extras=True)
-        own = inspect.signature(func).parameters.values()
-        keyword = inspect.Parameter.KEYWORD_ONLY  # any order of defaults: clikit reads names, never positions
-        params = [
-            q for p in own for q in (group if p.name == "launch" else [p.replace(kind=keyword, annotation=hints[p.name])])
-        ]
-
-        @functools.wraps(func)
-        def command(**kwargs: Any) -> Any:
-            given = {p.name: kwargs.pop(p.name) for p in group}
-            extra = given.pop("extra")
-            return func(launch=LaunchRequest(extra_args=tuple(extra or ()), **given, **fixed), **kwargs)
-
-        del command.__wrapped__  # clikit reads the signature below, not func's
-        command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-        command.__annotations__ = {p.name: p.annotation for p in params}
-        return command  # type: ignore[return-value]
-
-    return decorate
-
-
-def _group(*, servers: bool, model_optional: bool) -> list[inspect.Parameter]:
-    from gptoss_patch.options import PythonOption, VenvOption, VllmOption, VocabOption
-
     model = (ModelOptionalArgument, None) if model_optional else (ModelArgument, inspect.Parameter.empty)
     serving = {"concurrency": (ConcurrencyOption, None), "host": (HostOption, LOOPBACK)}
     port = {"port": (ServersPortOption if servers else PortOption, 8000)}
@@ -160,14 +133,23 @@ def _group(*, servers: bool, model_optional: bool) -> list[inspect.Parameter]:
         "expect_reasoning": (ExpectReasoningOption, False),
         "tuned": (TunedOption, True),
     }
-    spec = {
+    members = {
         "model": model, "extra": (ExtraArgs, None), "gpu": (GpuOption, None), **({} if servers else serving), **port,
         "allow_unpatched": (AllowUnpatchedOption, False), **({} if servers else clients),
         "instructions": (InstructionsOption, None), "fast_moe": (FastMoeOption, False), "python": (PythonOption, None),
         "venv": (VenvOption, None), "vllm": (VllmOption, None), "vocab": (VocabOption, None),
     }  # fmt: skip
-    keyword = inspect.Parameter.KEYWORD_ONLY
-    return [inspect.Parameter(name, keyword, annotation=hint, default=value) for name, (hint, value) in spec.items()]
+    # bench, numerics and tune: fixed values, their clients read no reasoning and they measure the built-in profile
+    make = functools.partial(_request, expect_reasoning=True, tuned=False) if servers else _request
+    return clikit.Group(make, members)
+
+
+# A command's `launch: ...LaunchGroup` parameter becomes the group's options where it stands (first: MODEL, the
+# words after --, then the options) and reaches it as one LaunchRequest.
+LaunchGroup = Annotated[LaunchRequest, _launch_group(servers=False, model_optional=False)]  # serve
+DoctorLaunchGroup = Annotated[LaunchRequest, _launch_group(servers=False, model_optional=True)]
+ServersLaunchGroup = Annotated[LaunchRequest, _launch_group(servers=True, model_optional=False)]  # bench, numerics
+TuneLaunchGroup = Annotated[LaunchRequest, _launch_group(servers=True, model_optional=True)]
 
 
 def show_tuned(plan: LaunchPlan) -> None:

@@ -1,8 +1,9 @@
 """Options shared by the commands that start servers of their own and measure them: bench, numerics, tune (private:
 cli.py registers only public modules).
 
-Their launch options are _launch.launch_options' group; the options after their own, --start-timeout, --log-dir,
---json and --verbose, are this module's group (`RunOptions`, a clikit.Group), which reaches the command as one ServerRun.
+Their launch options are _launch's group (`ServersLaunchGroup`, `TuneLaunchGroup`); the options after their own,
+--start-timeout, --log-dir, --json and --verbose, are this module's group (`RunOptions`, a clikit.Group), which
+reaches the command as one ServerRun.
 """
 
 from __future__ import annotations

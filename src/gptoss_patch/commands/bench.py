@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Annotated
 
 from gptoss_patch import clikit
-from gptoss_patch.commands._launch import CompareOption, VariantOption, gate, launch_options
+from gptoss_patch.commands._launch import CompareOption, ServersLaunchGroup, VariantOption, gate
 from gptoss_patch.commands._measure import InputLenOption, OutputLenOption, RunOptions
-from gptoss_patch.launcher.prepare import LaunchRequest
 from gptoss_patch.options import handles_errors
 
 ConcurrencyOption = Annotated[
@@ -64,9 +63,8 @@ def register(app: clikit.App) -> None:
 
 
 @handles_errors
-@launch_options(servers=True)
 def bench(
-    launch: LaunchRequest,
+    launch: ServersLaunchGroup,
     concurrency: ConcurrencyOption = "1,2,4,5,8,10,16,32,64",
     repeat: RepeatOption = 3,
     compare: CompareOption = None,

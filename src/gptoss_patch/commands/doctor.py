@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gptoss_patch import clikit
-from gptoss_patch.commands._launch import launch_options, show_checks, show_tuned
+from gptoss_patch.commands._launch import DoctorLaunchGroup, show_checks, show_tuned
 from gptoss_patch.errors import ExitCode
-from gptoss_patch.launcher.prepare import LaunchRequest
 from gptoss_patch.options import JsonOption, VerboseOption, handles_errors
 
 if TYPE_CHECKING:
@@ -19,8 +18,7 @@ def register(app: clikit.App) -> None:
 
 
 @handles_errors
-@launch_options(model_optional=True)
-def doctor(launch: LaunchRequest, json: JsonOption = False, verbose: VerboseOption = False) -> None:
+def doctor(launch: DoctorLaunchGroup, json: JsonOption = False, verbose: VerboseOption = False) -> None:
     """Run every pre-flight check `serve` runs, against the installed vLLM, and print the table.
 
     MODEL (optional) and the arguments after -- are checked as `serve` would check them.

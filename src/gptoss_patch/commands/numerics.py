@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated
 
 from gptoss_patch import clikit
-from gptoss_patch.commands._launch import CompareOption, VariantOption, gate, launch_options
+from gptoss_patch.commands._launch import CompareOption, ServersLaunchGroup, VariantOption, gate
 from gptoss_patch.commands._measure import RunOptions, ServerRun
 from gptoss_patch.launcher.prepare import LaunchRequest
 from gptoss_patch.options import handles_errors
@@ -63,9 +63,8 @@ def register(app: clikit.App) -> None:
 
 
 @handles_errors
-@launch_options(servers=True)
 def numerics(
-    launch: LaunchRequest,
+    launch: ServersLaunchGroup,
     level: LevelOption = "all",
     shape: ShapeOption = None,
     tokens: TokensOption = "1,8,64,512",

@@ -6,8 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 from gptoss_patch import clikit
-from gptoss_patch.commands._launch import gate, launch_options, show_tuned
-from gptoss_patch.launcher.prepare import LaunchRequest
+from gptoss_patch.commands._launch import LaunchGroup, gate, show_tuned
 from gptoss_patch.options import VerboseOption, handles_errors
 
 if TYPE_CHECKING:  # imported when `serve` runs: every other command starts without them
@@ -29,9 +28,8 @@ def register(app: clikit.App) -> None:
 
 
 @handles_errors
-@launch_options()
 def serve(
-    launch: LaunchRequest,
+    launch: LaunchGroup,
     print_script: PrintScriptOption = False,
     dry_run: DryRunOption = False,
     run_smoke: SmokeOption = False,

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 from gptoss_patch import clikit
-from gptoss_patch.commands._launch import gate, launch_options
+from gptoss_patch.commands._launch import TuneLaunchGroup, gate
 from gptoss_patch.commands._measure import InputLenOption, OutputLenOption, RunOptions, ServerRun
 from gptoss_patch.launcher.prepare import LaunchRequest
 from gptoss_patch.options import handles_errors
@@ -54,9 +54,8 @@ def register(app: clikit.App) -> None:
 
 
 @handles_errors
-@launch_options(servers=True, model_optional=True)
 def tune(
-    launch: LaunchRequest,
+    launch: TuneLaunchGroup,
     concurrency: ConcurrencyOption = "1,16,64",
     budget: BudgetOption = "30m",
     repeat: RepeatOption = 2,
