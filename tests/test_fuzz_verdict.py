@@ -42,7 +42,9 @@ def row(name: str, stock: str, patched: str) -> Row:
 
 def test_a_case_the_patches_fixed_must_not_fail_on_the_patched_server_whatever_stock_does() -> None:
     fixed = "responses/input-assistant-refusal"
-    assert {fixed, "responses/effort-minimal", "responses/effort-none", "responses/effort-xhigh"} == set(FIXED)
+    assert {fixed, "responses/effort-minimal", "responses/effort-none", "responses/effort-xhigh",
+            "responses/input-reasoning-two-parts", "responses/input-reasoning-empty-content",
+            "responses/input-reasoning-no-content"} == set(FIXED)
     assert regressions([row(fixed, "500", "200"), row("chat/json-array", "500", "500")]) == []
     assert [r.case.name for r in regressions([row(fixed, "500", "500"), row(fixed, "500", "hang")])] == [fixed, fixed]
     # Under load too: stock's own 5xx on the case, alone or in its soak, excuses nothing.

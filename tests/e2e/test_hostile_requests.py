@@ -45,6 +45,11 @@ EXPLAINED = {
     **{f"responses/effort-{effort}": "stock 0.17.1's get_system_message raises a bare KeyError (500); "
                                      "harmony_responses_instructions' preamble answers 0.21.0's ValueError (400)"
        for effort in ("minimal", "none", "xhigh")},
+    **{f"responses/input-reasoning-{shape}": f"stock 0.17.1's item converter {fails}, a 500; harmony_responses_channels "
+                                             "converts the reasoning item as 0.18.0 does (200)"
+       for shape, fails in (("two-parts", "asserts one content part (AssertionError)"),
+                            ("empty-content", "asserts one content part (AssertionError)"),
+                            ("no-content", "reads response_msg[\"content\"] (KeyError)"))},
 }
 
 

@@ -5,15 +5,20 @@ tests/launcher/test_recorded.py). The few that need an installed vocabulary or a
 
 from __future__ import annotations
 
+import ast
 import socket
+import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
 from gptoss_patch.errors import TargetError, UsageError
-from gptoss_patch.launcher import checks, preflight, profiles
+from gptoss_patch.launcher import checks, knowledge, preflight, profiles
 from gptoss_patch.launcher.results import Status
 from tests.launcher.conftest import pending_summary, resolve, rows
+from tests.launcher.recorded import facts, recorded_releases
+from tests.support import artefacts
 
 VERSIONS = ["0.17.1", "0.33.0"]
 ids = [f"vllm-{v}" for v in VERSIONS]
@@ -95,6 +100,105 @@ def test_nvfp4_gemm_backend_is_called_what_it_is_for_gpt_oss(recorded, version, 
 def test_marlin_atomic_add_does_nothing_for_gpt_oss(recorded):
     check = only(checks_for(recorded["0.17.1"], {"VLLM_MARLIN_USE_ATOMIC_ADD": "1"}), "env")
     assert check.status is Status.WARN and "use_atomic_add=False" in check.message
+
+
+# Read on the real envs.py of each release: these entries are bool(int(os.getenv(...))) or maybe_convert_bool(...), and
+# the 0.17.1, 0.23.0 and 0.33.0 venvs raised ValueError for false/true/on/"" at enable_envs_cache().
+@pytest.mark.parametrize(
+    ("version", "name", "value"),
+    [("0.17.1", "VLLM_MXFP4_USE_MARLIN", "false"), ("0.17.1", "VLLM_MXFP4_USE_MARLIN", "on"),
+     ("0.17.1", "VLLM_USE_FLASHINFER_MOE_MXFP4_BF16", "true"), ("0.16.0", "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8", ""),
+     ("0.22.1", "VLLM_BATCH_INVARIANT", "false"), ("0.22.1", "VLLM_ENFORCE_STRICT_TOOL_CALLING", "true"),
+     ("0.33.0", "VLLM_USE_FLASHINFER_SAMPLER", "yes"), ("0.33.0", "VLLM_BATCH_INVARIANT", "on")],
+)  # fmt: skip
+def test_a_switch_set_to_a_value_int_refuses_fails_with_the_accepted_values(recorded, version, name, value):
+    check = only(checks_for(recorded[version], {name: value}), "env")
+    assert check.status is Status.FAIL
+    assert check.message == (f"{name}={value!r}: vLLM {version} reads it as bool(int(value)), which refuses {value!r}: "
+                             "it stops with ValueError during start-up, at the latest once the model is loaded")
+    assert (check.fix, check.issue) == (f"set {name}=1 or 0, or unset it", "G15")
+
+
+def test_a_deprecated_switch_with_a_refused_value_fails_before_the_deprecation_warning(recorded):
+    env = rows(checks_for(recorded["0.22.1"], {"VLLM_MXFP4_USE_MARLIN": "false"}), "env")
+    assert [(c.status, c.fix) for c in env][0] == (Status.FAIL, "set VLLM_MXFP4_USE_MARLIN=1 or 0, or unset it")
+    assert [(c.status, c.message) for c in env][1:] == [(Status.WARN, "VLLM_MXFP4_USE_MARLIN is deprecated in vLLM 0.22.1")]
+
+
+@pytest.mark.parametrize(
+    ("version", "name", "value"),
+    [("0.33.0", "VLLM_MXFP4_USE_MARLIN", "false"),  # removed in 0.24: the unknown-variable row, not a start-up stop
+     ("0.17.1", "VLLM_BATCH_INVARIANT", "true"),  # not in 0.17.1's envs.py; batch_invariant.py reads a refused value as off
+     ("0.33.0", "VLLM_ENFORCE_STRICT_TOOL_CALLING", "true"),  # 0.24 compares the lower-cased value with true and 1
+     ("0.33.0", "VLLM_HUMMING_MOE_GEMM_TYPE", "fp16"),  # 0.21 made it a GEMM type's name
+     ("0.17.1", "VLLM_MARLIN_USE_ATOMIC_ADD", "yes")],  # compared with "1", never int()
+)  # fmt: skip
+def test_no_refused_value_row_where_the_release_does_not_read_it_as_a_switch(recorded, version, name, value):
+    env = rows(checks_for(recorded[version], {name: value}), "env")
+    assert env and not [c for c in env if "bool(int(value))" in c.message], env
+
+
+@pytest.mark.parametrize("version", ["0.16.0", "0.17.1"])
+def test_batch_invariant_is_read_before_envs_py_registered_it(recorded, version):
+    # 0.15.1-0.18.x read it in model_executor/layers/batch_invariant.py, not envs.py: a switch that works, never
+    # "not a variable vLLM reads"
+    env = rows(checks_for(recorded[version], {"VLLM_BATCH_INVARIANT": "1"}), "env")
+    assert not [c for c in env if "not a variable" in c.message], env
+
+
+@pytest.mark.parametrize("value", ["1", "0", " 1 ", "00", "2"])
+def test_values_int_accepts_pass(recorded, value):
+    check = only(checks_for(recorded["0.17.1"], {"VLLM_MXFP4_USE_MARLIN": value, "VLLM_USE_FLASHINFER_SAMPLER": value}), "env")
+    assert (check.status, check.message) == (Status.PASS, "2 VLLM_* variable(s), all read by vLLM 0.17.1")
+
+
+def test_a_refused_instructions_value_fails_once(recorded):
+    # the patched release: the instructions row says it; the stock one (harmony_instructions pending): the env row
+    patched = checks_for(recorded["0.17.1"], {"VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS": "on"})
+    assert (only(patched, "instructions").status, only(patched, "env").status) == (Status.FAIL, Status.PASS)
+    stock = checks_for(recorded.stock("0.17.1"), {"VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS": "on"}, allow_unpatched=True)
+    assert only(stock, "instructions").status is Status.WARN
+    assert only(stock, "env").fix == "set VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS=1 or 0, or unset it"
+
+
+# Where each release's envs.py (the 27 wheels, 0.15.1-0.33.0) reads these as bool(int(value)); the facts say which
+# variables a release registers, the knowledge which of them are switches.
+SWITCH_RELEASES = {
+    "VLLM_MXFP4_USE_MARLIN": ("0.15.1", "0.24.0"),
+    "VLLM_USE_FLASHINFER_MOE_MXFP4_BF16": ("0.15.1", "0.24.0"),
+    "VLLM_BATCH_INVARIANT": ("0.19.0", None),
+    "VLLM_ENFORCE_STRICT_TOOL_CALLING": ("0.21.0", "0.24.0"),
+    "VLLM_HUMMING_MOE_GEMM_TYPE": ("0.20.0", "0.21.0"),
+    "VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS": ("0.15.1", None),
+    "VLLM_MARLIN_USE_ATOMIC_ADD": (None, None),
+}
+
+
+@pytest.mark.parametrize("release", recorded_releases())
+def test_which_releases_read_a_variable_as_a_switch(release):
+    caps = facts(release).capabilities
+    for name, (first, end) in SWITCH_RELEASES.items():
+        expected = first is not None and Version(first) <= caps.version and (end is None or caps.version < Version(end))
+        assert knowledge.reads_as_switch(name, caps) is expected, name
+
+
+def _int_switches_in(version: str) -> set[str]:
+    """The VLLM_* entries of the release's real envs.py whose reader calls bool(int(...)) or maybe_convert_bool."""
+    with zipfile.ZipFile(artefacts.sources(f"vllm=={version}")) as wheel:
+        tree = ast.parse(wheel.read("vllm/envs.py"))
+    table = next(node.value for node in ast.walk(tree) if isinstance(node, ast.AnnAssign | ast.Assign)
+                 and "environment_variables" in ast.unparse(node.target if isinstance(node, ast.AnnAssign) else node.targets[0])
+                 and isinstance(node.value, ast.Dict))
+    return {key.value for key, reader in zip(table.keys, table.values, strict=True)
+            if isinstance(key, ast.Constant) and str(key.value).startswith("VLLM_")
+            and ("bool(int(" in ast.unparse(reader) or "maybe_convert_bool" in ast.unparse(reader))}
+
+
+@pytest.mark.upstream
+@pytest.mark.parametrize("version", ["0.15.1", "0.17.1", "0.20.0", "0.23.0", "0.24.0", "0.33.0"])
+def test_the_switch_table_matches_the_real_envs_py(version):
+    caps = facts(version).capabilities
+    assert {name for name in caps.env.names if knowledge.reads_as_switch(name, caps)} == _int_switches_in(version)
 
 
 def test_the_profiles_own_variables_pass_the_env_check(recorded):

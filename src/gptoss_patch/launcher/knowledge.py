@@ -84,6 +84,83 @@ def registered_but_unread(name: str, caps: Capabilities) -> bool:
     return name in MOE_ENV_FLAGS and name.startswith("VLLM_MXFP4") and name not in caps.moe.env_reads
 
 
+# -- switches vLLM reads as bool(int(value)) (G15) ----------------------------------------------------
+
+# The VLLM_* names whose envs.py entry is bool(int(os.getenv(...))) or maybe_convert_bool(...) in every release of
+# 0.15.1-0.33.0 that registers them (read on the 27 wheels). A value int() refuses (`true`, `false`, `on`, empty) stops
+# vLLM with ValueError: at its first read, and at the latest when enable_envs_cache() evaluates every registered entry,
+# in each worker right after load_model and in the engine core after the KV cache set-up. So whether anything else
+# reads the switch does not matter: a release reads it when it registers it (Capabilities.env). The upstream test
+# test_the_switch_table_matches_the_real_envs_py compares the table with six releases' envs.py.
+INT_SWITCHES = frozenset({
+    "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE", "VLLM_ALLOW_INSECURE_SERIALIZATION",
+    "VLLM_ALLREDUCE_USE_FLASHINFER", "VLLM_ALLREDUCE_USE_FLASHINFER_PCIE_IPC", "VLLM_ALLREDUCE_USE_SYMM_MEM",
+    "VLLM_ASSETS_CACHE_MODEL_CLEAN", "VLLM_B12X_MOE_FP4_FORCE_A16", "VLLM_BATCH_INVARIANT",
+    "VLLM_BLOCKSCALE_FP8_GEMM_FLASHINFER", "VLLM_COMPUTE_NANS_IN_LOGITS", "VLLM_CONFIGURE_LOGGING",
+    "VLLM_CPU_ATTN_SPLIT_KV", "VLLM_CPU_CI_ENV", "VLLM_CPU_INT4_W4A8", "VLLM_CPU_SGL_KERNEL",
+    "VLLM_CUSTOM_SCOPES_FOR_PROFILING", "VLLM_DCP_Q_REPLICATE", "VLLM_DEBUG_MFU_METRICS", "VLLM_DEBUG_WORKSPACE",
+    "VLLM_DEEPEPLL_NVFP4_DISPATCH", "VLLM_DEEPEP_HIGH_THROUGHPUT_FORCE_INTRA_NODE",
+    "VLLM_DEEPEP_LOW_LATENCY_USE_MNNVL", "VLLM_DEEPEP_V2_ALLOW_HYBRID_MODE",
+    "VLLM_DEEPEP_V2_ALLOW_MULTIPLE_REDUCTION", "VLLM_DEEPEP_V2_PREFER_OVERLAP",
+    "VLLM_DISABLE_DSV4_MEGAMOE_SHARED_EXPERT_FUSION", "VLLM_DISABLE_LOG_LOGO",
+    "VLLM_DISABLE_REQUEST_ID_RANDOMIZATION", "VLLM_DISABLE_SHARED_EXPERTS_STREAM",
+    "VLLM_DISTRIBUTED_USE_SPLIT_GROUP", "VLLM_ELASTIC_EP_DRAIN_REQUESTS", "VLLM_ELASTIC_EP_SCALE_UP_LAUNCH",
+    "VLLM_ENABLE_COHERE_API", "VLLM_ENABLE_CUDAGRAPH_GC", "VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE",
+    "VLLM_ENABLE_FUSED_MOE_ACTIVATION_CHUNKING", "VLLM_ENABLE_GEMM_RS", "VLLM_ENABLE_HPC_OPS",
+    "VLLM_ENABLE_INDUCTOR_COORDINATE_DESCENT_TUNING", "VLLM_ENABLE_INDUCTOR_MAX_AUTOTUNE",
+    "VLLM_ENABLE_MOE_DP_CHUNK", "VLLM_ENABLE_RESPONSES_API_STORE", "VLLM_ENABLE_STARTUP_PLAN",
+    "VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_FLASHINFER_MOE_A2A_LOW_PRECISION_COMBINE",
+    "VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS", "VLLM_HAS_FLASHINFER_CUBIN", "VLLM_HUMMING_USE_F16_ACCUM",
+    "VLLM_KEEP_ALIVE_ON_ENGINE_DEATH", "VLLM_KIMI_K3_AUX_ATTN_RES_STREAM", "VLLM_KIMI_K3_GEMM_AR",
+    "VLLM_KIMI_K3_GEMM_RS", "VLLM_KIMI_K3_SHARD_SP_SHARED_EXPERT", "VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES",
+    "VLLM_LOG_MODEL_INSPECTION", "VLLM_LORA_DISABLE_PDL", "VLLM_LORA_ENABLE_DUAL_STREAM",
+    "VLLM_MEDIA_URL_ALLOW_REDIRECTS", "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", "VLLM_MLA_DISABLE",
+    "VLLM_MOE_SKIP_PADDING", "VLLM_MOE_USE_DEEP_GEMM", "VLLM_MXFP4_USE_MARLIN", "VLLM_NVTX_SCOPES_FOR_PROFILING",
+    "VLLM_PLE_CPU_OFFLOAD", "VLLM_RAISE_ON_LOGIT_NANS", "VLLM_ROCM_FP8_MFMA_PAGE_ATTN", "VLLM_ROCM_FP8_PADDING",
+    "VLLM_ROCM_MOE_PADDING", "VLLM_ROCM_USE_AITER_MOE_A4W4_DSV4", "VLLM_SERVER_DEV_MODE",
+    "VLLM_SKIP_PRECOMPILED_VERSION_SUFFIX", "VLLM_SKIP_VERSION_SUFFIX", "VLLM_SLEEP_WHEN_IDLE",
+    "VLLM_STEP5_SHARD_SP_SHARED_EXPERT", "VLLM_TOOL_JSON_ERROR_AUTOMATIC_RETRY", "VLLM_USE_BYTECODE_HOOK",
+    "VLLM_USE_DEEP_GEMM", "VLLM_USE_DEEP_GEMM_E8M0", "VLLM_USE_DEEP_GEMM_TMA_ALIGNED_SCALES",
+    "VLLM_USE_DIRECT_DCP_A2A", "VLLM_USE_DIRECT_DCP_KV_GATHER", "VLLM_USE_DIRECT_DCP_Q_GATHER",
+    "VLLM_USE_EXPERIMENTAL_PARSER_CONTEXT", "VLLM_USE_FASTOKENS", "VLLM_USE_FBGEMM", "VLLM_USE_FLASHINFER_MOE_FP16",
+    "VLLM_USE_FLASHINFER_MOE_FP4", "VLLM_USE_FLASHINFER_MOE_FP8", "VLLM_USE_FLASHINFER_MOE_INT4",
+    "VLLM_USE_FLASHINFER_MOE_MXFP4_BF16", "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8",
+    "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8_CUTLASS", "VLLM_USE_FLASHINFER_SAMPLER", "VLLM_USE_FUSED_MOE_GROUPED_TOPK",
+    "VLLM_USE_LAYERNAME", "VLLM_USE_NCCL_SYMM_MEM", "VLLM_USE_NVFP4_CT_EMULATIONS",
+    "VLLM_USE_RAY_COMPILED_DAG_OVERLAP_COMM", "VLLM_USE_RAY_V2_EXECUTOR_BACKEND", "VLLM_USE_RAY_WRAPPED_PP_COMM",
+    "VLLM_USE_RUST_BENCH", "VLLM_USE_RUST_FRONTEND", "VLLM_USE_SIMPLE_KV_OFFLOAD", "VLLM_USE_SPINLOOP_EXT",
+    "VLLM_USE_TRITON_AWQ", "VLLM_USE_V2_MODEL_RUNNER", "VLLM_WEIGHT_OFFLOADING_DISABLE_PIN_MEMORY",
+    "VLLM_WEIGHT_OFFLOADING_DISABLE_UVA", "VLLM_WSL2_ENABLE_PIN_MEMORY", "VLLM_XLA_CHECK_RECOMPILATION",
+    "VLLM_XLA_USE_SPMD", "VLLM_XPU_ENABLE_XPU_GRAPH", "VLLM_XPU_FORCE_N_CONTIG_WEIGHT", "VLLM_XPU_PP_MICROBATCH",
+    "VLLM_XPU_USE_SAMPLER_KERNEL", "VLLM_ZENTORCH_WEIGHT_PREPACK"
+})
+# Switches only before a release, the first whose entry no longer calls int(): 0.24's compares the lower-cased value
+# with `true` and `1`; 0.21's takes a GEMM type's name.
+INT_SWITCHES_UNTIL = {"VLLM_ENFORCE_STRICT_TOOL_CALLING": (0, 24), "VLLM_HUMMING_MOE_GEMM_TYPE": (0, 21)}
+INT_SWITCHES_READ_FROM = (0, 15, 1)  # the first release read; older ones are not judged
+
+
+# Variables a release reads outside envs.py, so that its registry (caps.env) does not list them, read on the wheels:
+# VLLM_BATCH_INVARIANT in model_executor/layers/batch_invariant.py (os.getenv; int(value) != 0, a word reads as off)
+# on 0.15.1-0.18.x, before envs.py registered it in 0.19.0.
+READ_OUTSIDE_ENVS = frozenset({"VLLM_BATCH_INVARIANT"})
+
+
+def reads(name: str, caps: Capabilities) -> bool:
+    """Whether the vLLM of `caps` reads the variable `name` at all (its registry, or a module of its own)."""
+    return caps.env.knows(name) or name in READ_OUTSIDE_ENVS
+
+
+def reads_as_switch(name: str, caps: Capabilities) -> bool:
+    """Whether the vLLM of `caps` reads `name` as bool(int(value)), so that a value int() refuses stops it at start-up
+    (plan.switch_value: None)."""
+    release = caps.version.release
+    if not caps.env.knows(name) or release[:3] < INT_SWITCHES_READ_FROM:
+        return False
+    until = INT_SWITCHES_UNTIL.get(name)
+    return name in INT_SWITCHES or until is not None and release[:2] < until
+
+
 # -- crashes -------------------------------------------------------------------------------------
 
 CRASH_PATTERNS: tuple[tuple[re.Pattern[str], KnownIssue], ...] = tuple(

@@ -85,7 +85,7 @@ def check_instructions(plan: LaunchPlan) -> list[Check]:
         text = f"system ({why}): the first system/developer message goes into the harmony system message; {SYSTEM_PLACEMENT_DROPS}"
         return [Check("instructions", Status.WARN, text, fix=f"{fix} keeps every message", issue="G02")]
     if placement == "invalid":
-        text = f"{why}: vLLM raises ValueError reading it, at the first gpt-oss chat request"
+        text = f"{why}: vLLM raises ValueError reading it during start-up, at the latest once the model is loaded"
         return [Check("instructions", Status.FAIL, text, fix=f"set {planning.INSTRUCTIONS_ENV} to 0 or 1, or unset it", issue="G02")]
     if placement == "raw":
         text = f"raw ({why}): a client system message reaches the model as a raw second system message"
@@ -107,10 +107,27 @@ def check_environment(plan: LaunchPlan) -> list[Check]:
 
 
 def _env_findings(name: str, value: str, plan: LaunchPlan) -> list[Check]:
+    if not knowledge.reads(name, plan.capabilities):
+        return [_unknown_env(name, value, plan)]
+    return [*_refused_switch(name, value, plan), *_env_advice(name, value, plan)]
+
+
+def _refused_switch(name: str, value: str, plan: LaunchPlan) -> list[Check]:
+    """A switch this vLLM reads as bool(int(value)) set to a value int() refuses: vLLM stops with ValueError once the
+    model is loaded (enable_envs_cache evaluates every registered variable), so the user learns it minutes late."""
+    version = plan.installation.version
+    if planning.switch_value(value) is not None or not knowledge.reads_as_switch(name, plan.capabilities):
+        return []
+    if name == planning.INSTRUCTIONS_ENV and planning.instructions_placement(plan)[0] == "invalid":
+        return []  # the instructions row says it already
+    message = (f"{name}={value!r}: vLLM {version} reads it as bool(int(value)), which refuses {value!r}: it stops with "
+               "ValueError during start-up, at the latest once the model is loaded")
+    return [Check("env", Status.FAIL, message, fix=f"set {name}=1 or 0, or unset it", issue="G15")]
+
+
+def _env_advice(name: str, value: str, plan: LaunchPlan) -> list[Check]:
     caps = plan.capabilities
     version = plan.installation.version
-    if not caps.env.knows(name):
-        return [_unknown_env(name, value, plan)]
     if name in caps.env.deprecated:
         text = caps.env.deprecated[name] or "see vLLM's envs.py"
         return [Check("env", Status.WARN, f"{name} is deprecated in vLLM {version}", fix=text, issue="G15")]
