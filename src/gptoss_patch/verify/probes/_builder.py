@@ -28,15 +28,22 @@ class NoBuilder(Exception):
 
 def locate():
     """(module, class) of the installed builder, found by reading files, so nothing is imported yet."""
+    _relpath, module, cls = first_defining(LOCATIONS, METHOD)
+    return module, cls
+
+
+def first_defining(candidates, function=None):
+    """The first (file under vllm/, module, name) of `candidates` whose file defines `function` (else its own name),
+    read without importing vLLM; NoBuilder when none does."""
     spec = importlib.util.find_spec("vllm")
     if spec is None or not spec.submodule_search_locations:
         raise ModuleNotFoundError("No module named 'vllm'", name="vllm")
     root = list(spec.submodule_search_locations)[0]
-    for relpath, module, cls in LOCATIONS:
-        path = os.path.join(root, relpath)
-        if os.path.isfile(path) and f"def {METHOD}(" in _read(path):
-            return module, cls
-    raise NoBuilder("no {} in {}".format(METHOD, ", ".join(loc[0] for loc in LOCATIONS)))
+    for candidate in candidates:
+        path = os.path.join(root, candidate[0])
+        if os.path.isfile(path) and f"def {function or candidate[2]}(" in _read(path):
+            return candidate
+    raise NoBuilder("no {} in {}".format(function or "/".join(c[2] for c in candidates), ", ".join(c[0] for c in candidates)))
 
 
 def _read(path):

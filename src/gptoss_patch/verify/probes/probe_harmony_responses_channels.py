@@ -11,10 +11,8 @@ responses/harmony.py from there): that function is what the patch rewrites, and 
 """
 
 import importlib
-import importlib.util
-import os
 
-from _builder import NoBuilder, _read
+from _builder import first_defining
 from _common import exception_line
 
 REQUIRES = ("vllm", "torch", "openai_harmony")
@@ -70,14 +68,7 @@ def run(verbose):
 
 def locate():
     """(module.function, module, function) of the installed item converter, found by reading files before importing."""
-    spec = importlib.util.find_spec("vllm")
-    if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError("No module named 'vllm'", name="vllm")
-    root = list(spec.submodule_search_locations)[0]
-    for relpath, module, function in CONVERTERS:
-        path = os.path.join(root, relpath)
-        if os.path.isfile(path) and f"def {function}(" in _read(path):
-            imported = importlib.import_module(module)
-            return f"{module}.{function}", imported, getattr(imported, function)
-    raise NoBuilder("no Responses item converter in {}".format(", ".join(c[0] for c in CONVERTERS)))
+    _relpath, module, function = first_defining(CONVERTERS)
+    imported = importlib.import_module(module)
+    return f"{module}.{function}", imported, getattr(imported, function)
 
