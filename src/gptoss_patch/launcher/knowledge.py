@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from packaging.version import InvalidVersion, Version
 
 from gptoss_patch.launcher.plan import MARLIN_ENV, switch_value
-from gptoss_patch.launcher.profiles import marlin_pin_spelling
+from gptoss_patch.launcher.profiles import marlin_pin_spelling, moe_flag_selects
 from gptoss_patch.launcher.results import KnownIssue
 from gptoss_patch.launcher.static import Capabilities
 
@@ -54,8 +54,8 @@ def env_replacement(name: str, value: str, caps: Capabilities) -> str | None:
         return _mxfp4_backend_replacement(value, caps)
     if name == "VLLM_ATTENTION_BACKEND" and caps.has_flag("--attention-backend"):
         return f"--attention-backend {value}"
-    if name == MARLIN_ENV and not switch_value(value):  # None: a value vLLM refuses, which asked for nothing
-        return None if switch_value(value) is None else "nothing: unset, automatic selection is the default"
+    if name == MARLIN_ENV and (on := switch_value(value)) is not True:  # None: a value vLLM refuses asked for nothing
+        return None if on is None else "nothing: unset, automatic selection is the default"
     for table, flag in ((MOE_ENV_FLAGS, "--moe-backend"), (LINEAR_ENV_FLAGS, "--linear-backend")):
         if name in table and caps.has_flag(flag):
             return table[name]
@@ -71,7 +71,7 @@ def _mxfp4_backend_replacement(value: str, caps: Capabilities) -> str | None:
             return None
         kind, name, setting = spelling
         return f"{name} {setting}" if kind == "flag" else f"{name}={setting}"
-    if not (wanted and caps.moe.honours_moe_backend and caps.has_flag("--moe-backend")):
+    if not (wanted and moe_flag_selects(caps)):
         return None
     if wanted in caps.moe.choices:
         return f"--moe-backend {wanted}"

@@ -212,13 +212,20 @@ def pin_marlin(caps: Capabilities) -> Setting | str:
     return Setting.flag(name, value, why=why) if kind == "flag" else Setting.env(name, value, why=why)
 
 
+def moe_flag_selects(caps: Capabilities, backend: str | None = None) -> bool:
+    """Whether `--moe-backend` picks gpt-oss's MXFP4 experts on this version (BACKEND among its choices, if given): the
+    flag exists from 0.17, but the MXFP4 selector ignores it until 0.19 (docs/vllm-layouts.md#mxfp4-moe-backend-selection)."""
+    moe = caps.moe
+    return moe.honours_moe_backend and caps.has_flag("--moe-backend") and (backend is None or backend in moe.choices)
+
+
 def marlin_pin_spelling(caps: Capabilities) -> tuple[str, str, str] | None:
     """How this version pins MXFP4 MoE to Marlin: the flag where the selector honours it, else the env var.
 
     `--moe-backend` exists from 0.17 but the MXFP4 selector ignores it until 0.19 (docs/vllm-layouts.md#mxfp4-moe-backend-selection);
     VLLM_MXFP4_USE_MARLIN is read up to 0.23 (deprecated from 0.22.1) and removed in 0.24 (G15).
     """
-    if caps.moe.honours_moe_backend and "marlin" in caps.moe.choices and caps.has_flag("--moe-backend"):
+    if moe_flag_selects(caps, "marlin"):
         return ("flag", "--moe-backend", "marlin")
     if "VLLM_MXFP4_USE_MARLIN" in caps.moe.env_reads and caps.env.knows("VLLM_MXFP4_USE_MARLIN"):
         return ("env", "VLLM_MXFP4_USE_MARLIN", "1")
@@ -228,7 +235,7 @@ def marlin_pin_spelling(caps: Capabilities) -> tuple[str, str, str] | None:
 def hopper_marlin(caps: Capabilities) -> Setting | str:
     """SM90 with --fast-moe: Marlin's MXFP4 MoE kernel, faster than the Triton kernel vLLM picks on Hopper but
     less accurate and not reproducible run to run (MARLIN_SPEED, MARLIN_ERROR); never the default."""
-    if not (caps.moe.honours_moe_backend and "marlin" in caps.moe.choices and caps.has_flag("--moe-backend")):
+    if not moe_flag_selects(caps, "marlin"):
         return f"--fast-moe: MXFP4 MoE backend left to vLLM: {caps.version}'s MXFP4 selector does not take --moe-backend marlin"
     why = (
         f"--fast-moe: Marlin's MXFP4 MoE kernel instead of the Triton one vLLM picks on Hopper: {MARLIN_SPEED} "

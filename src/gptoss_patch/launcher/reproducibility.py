@@ -118,14 +118,9 @@ def _fix(plan: LaunchPlan) -> str:
         return ONE_AT_A_TIME
     # `--moe-backend triton` only where the MXFP4 selector honours the flag (0.19+): 0.15.1-0.16.0 lack it and
     # 0.17-0.18 ignore it, so offering it there would be a hint that changes nothing
-    triton = f", or -- {planning.MOE_FLAG} triton" if _flag_picks_triton(plan) else ""
+    triton = f", or -- {planning.MOE_FLAG} triton" if profiles.moe_flag_selects(plan.capabilities, "triton") else ""
     if asked.ours:
         return f"drop --fast-moe (vLLM's Triton MXFP4 kernel on Hopper){triton}"
     if asked.how == "env":
         return f"{asked.undo}{triton}"
     return f"-- {planning.MOE_FLAG} triton (vLLM's Triton MXFP4 kernel) instead of marlin"  # the user's flag: read here
-
-
-def _flag_picks_triton(plan: LaunchPlan) -> bool:
-    moe = plan.capabilities.moe
-    return moe.honours_moe_backend and "triton" in moe.choices

