@@ -156,6 +156,14 @@ def _item(role: str, content: Any) -> dict[str, Any]:
     return {"type": "message", "role": role, "content": content}
 
 
+# A reasoning item as a client sends it back, with two summary and two content parts (harmony_responses_channels, G53).
+TWO_PART_REASONING = {
+    "type": "reasoning", "id": "rs_1",
+    "summary": [{"type": "summary_text", "text": "Adding."}, {"type": "summary_text", "text": "It is 4."}],
+    "content": [{"type": "reasoning_text", "text": "2 + 2 is 4."}, {"type": "reasoning_text", "text": "Answer 4."}],
+}
+
+
 RESPONSES_TABLE: dict[str, dict[str, Any]] = {
     "no_instructions": {"input": "What is 2 + 2?"},
     "instructions": {"instructions": PIRATE, "input": "hi"},
@@ -217,22 +225,18 @@ RESPONSES_TABLE: dict[str, dict[str, Any]] = {
     },
     # Reasoning items as clients send them back (harmony_responses_channels, G53): two summary parts beside two content
     # parts (only the content is rendered, joined on `analysis`; before a final answer the builder drops it, last it
-    # stays), and items with empty or no content, which 0.18.0 on skip (stock 0.15.1-0.17.x fail the request on
+    # stays), and items with empty or no content, which 0.18.0 on skips (stock 0.15.1-0.17.x fail the request on
     # `assert len(content) == 1` or a KeyError).
     "reasoning_two_parts_last": {
         "input": [
             _item("user", "What is 2 + 2?"),
-            {"type": "reasoning", "id": "rs_1",
-             "summary": [{"type": "summary_text", "text": "Adding."}, {"type": "summary_text", "text": "It is 4."}],
-             "content": [{"type": "reasoning_text", "text": "2 + 2 is 4."}, {"type": "reasoning_text", "text": "Answer 4."}]},
+            TWO_PART_REASONING,
         ]
     },
     "reasoning_two_parts_then_answer": {
         "input": [
             _item("user", "What is 2 + 2?"),
-            {"type": "reasoning", "id": "rs_1",
-             "summary": [{"type": "summary_text", "text": "Adding."}, {"type": "summary_text", "text": "It is 4."}],
-             "content": [{"type": "reasoning_text", "text": "2 + 2 is 4."}, {"type": "reasoning_text", "text": "Answer 4."}]},
+            TWO_PART_REASONING,
             {"type": "message", "role": "assistant", "id": "msg_1", "status": "completed",
              "content": [{"type": "output_text", "text": "4", "annotations": []}]},
             _item("user", "And 3 + 3?"),
