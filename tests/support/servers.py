@@ -36,6 +36,7 @@ from typing import Any
 
 from gptoss_patch.launcher import http, runner
 from gptoss_patch.vocab import venv_dir
+from tests.support import artefacts
 
 # CI's machines are 2-3x slower on a bad day, and .ci/run's lanes share two cores: bounds (never evidence) are doubled
 # there (CI is set), so that a slow day fails no test that a quiet one passes.
@@ -135,11 +136,12 @@ def serve_command(python: Path, model: Path, port: int, *extra: str, launcher_ar
 
 
 def server_env(python: Path, state_dir: Path, env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The test's environment: no VLLM_*/TIKTOKEN_* of the caller, the venv's own vocabulary, our limits."""
+    """The test's environment: no VLLM_*/TIKTOKEN_* of the caller, the venv's own vocabulary, our limits, the run's
+    shared vLLM cache."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "TIKTOKEN_", "GPTOSS_PATCH_HOOK"))}
     vocabulary = str(venv_dir(Path(python).parent.parent))
     return {**base, **SERVER_ENV, "TIKTOKEN_ENCODINGS_BASE": vocabulary, "TIKTOKEN_RS_CACHE_DIR": vocabulary,
-            "GPTOSS_PATCH_CACHE": str(state_dir), **(env or {})}
+            "GPTOSS_PATCH_CACHE": str(state_dir), "VLLM_CACHE_ROOT": str(artefacts.vllm_cache()), **(env or {})}
 
 
 def spawn(python: Path, model: Path, log_dir: Path, *extra: str, env: Mapping[str, str] | None = None,
