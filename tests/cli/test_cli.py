@@ -56,7 +56,7 @@ def test_apply_narrates_what_it_patched_then_status_is_clean(venv):
         "Patched vllm/entrypoints/openai/chat_completion/serving.py (harmony_stream_guard)",
         "Patched vllm/entrypoints/openai/chat_completion/serving.py (harmony_tool_choice_needs_parser)",
         "Patched vllm/model_executor/layers/quantization/utils/marlin_utils.py (marlin_atomic_add_sm121)",
-        "Done: 10 patched, 1 not-needed, 2 out-of-range, 1 opt-in",
+        "Done: 10 patched, 1 not-needed, 4 out-of-range, 1 opt-in",
     ]
     assert run("status", "--venv", path).exit_code == 0
 
@@ -238,7 +238,7 @@ def test_apply_check_prints_a_summary_and_keeps_the_diff_for_verbose(venv):
         "Would patch vllm/entrypoints/openai/chat_completion/serving.py (harmony_stream_guard)",
         "Would patch vllm/entrypoints/openai/chat_completion/serving.py (harmony_tool_choice_needs_parser)",
         "Would patch vllm/model_executor/layers/quantization/utils/marlin_utils.py (marlin_atomic_add_sm121)",
-        "Would apply: 10 to patch, 1 not-needed, 2 out-of-range, 1 opt-in",
+        "Would apply: 10 to patch, 1 not-needed, 4 out-of-range, 1 opt-in",
     ]
     verbose = run("apply", "--venv", path, "--check", "-v")
     assert verbose.exit_code == 1 and verbose.stdout.startswith("--- a/vllm/")
@@ -263,10 +263,10 @@ def test_apply_and_revert_count_the_same_patches_the_same_way(venv):
     def summary(*args: str) -> str:
         return run(*args, "--venv", path).stderr.splitlines()[-1]
 
-    assert summary("apply") == "Done: 10 patched, 1 not-needed, 2 out-of-range, 1 opt-in"
-    assert summary("apply") == "Done: 10 applied, 1 not-needed, 2 out-of-range, 1 opt-in"
-    assert summary("revert") == "Done: 10 reverted, 1 not-needed, 2 out-of-range, 1 opt-in"
-    assert summary("revert") == "Nothing to revert: 10 pending, 1 not-needed, 2 out-of-range, 1 opt-in"
+    assert summary("apply") == "Done: 10 patched, 1 not-needed, 4 out-of-range, 1 opt-in"
+    assert summary("apply") == "Done: 10 applied, 1 not-needed, 4 out-of-range, 1 opt-in"
+    assert summary("revert") == "Done: 10 reverted, 1 not-needed, 4 out-of-range, 1 opt-in"
+    assert summary("revert") == "Nothing to revert: 10 pending, 1 not-needed, 4 out-of-range, 1 opt-in"
 
 
 def every_command():

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 from rich.console import Console
 
 from gptoss_patch import provision as venv_create, registry, render
@@ -61,7 +62,9 @@ def test_verify_behaviour_prints_one_line_per_probe_on_a_pipe(tmp_path: Path, mo
     assert run("apply", "--venv", str(tmp_path / "venv")).exit_code == 0
     result = run("verify", "--behaviour", "--venv", str(tmp_path / "venv"))
     probing = [line for line in result.stderr.splitlines() if line.startswith("  probing ")]
-    started = [s.id for s in registry.selected(Selection()) if s.id in behaviour.probe_ids() and not s.probe_needs_vocabulary]
+    installed = Version("0.17.1")  # fakesite.build's default: a patch out of its range is not probed there
+    started = [s.id for s in registry.selected(Selection())
+               if s.id in behaviour.probe_ids() and not s.probe_needs_vocabulary and s.band_for(installed) is not None]
     assert started, "no probe runs without the vocabulary: the test would prove nothing"
     assert probing == [f"  probing {pid}" for pid in started]
 

@@ -178,6 +178,19 @@ SUITES = {
                 "it; 0.24.0-0.28.0 define the same model in vllm.entrypoints.openai.engine.protocol",
         ),),
     ),
+    # 0.27.0's own copy of the file (the tag and TestAdjustRequest's cases changed after 0.27.0: 0.33.0's copy adds a
+    # case and fixtures), on 0.25.0, of the HarmonyParser band 0.24.0-0.26.x the release whose other parser tests
+    # pass unchanged (0.24.0 predates flush() and _normalize_recipient: the harmony_stream_guard rows below). The six
+    # `tool_*` cases are the fix; TestAdjustRequest needs no VllmConfig in this copy, so it runs on the CPU harness.
+    "harmony_tool_choice_structural": Suite(
+        patch="harmony_tool_choice_structural",
+        release="0.27.0",
+        files=(HARMONY_TESTS,),
+        support=(),
+        patched=("0.25.0",),
+        stock_run="0.27.0",
+        hub_models=("openai/gpt-oss-20b",),
+    ),
     # 0.33.0's --reasoning-effort-map tests drive OnlineRenderer (0.25.0 on), on 0.25.0, the oldest release of the
     # OnlineRenderer band of harmony_reasoning_effort_none (0.25.0-0.32.x; harmony_reasoning_effort maps on all of
     # 0.18.0-0.32.x), and on 0.32.0, its newest: on 0.25.0
@@ -242,6 +255,13 @@ LISTED = (
            "structured output for harmony requests (xgrammar), unrelated to the stream guard; its fixture builds a "
            "VllmConfig, which needs a device: the CPU harness runs vLLM's CUDA build without a GPU (G25)",
            suite="harmony_stream_guard", everywhere=True),
+    *(Listed(f"{HARMONY_TESTS}::TestAdjustRequest::test_adjust_request[[]{kind}_*]",
+             "0.27.0 also rewrites response_format and structured_outputs constraints into a harmony structural tag, "
+             "together with its global change of the reasoning gate (the grammar from the first token for every "
+             "gpt-oss request); the patch constrains only the tool_choice requests that need a call, through the "
+             "per-request flag, and leaves other output constraints on the stock final-channel gate",
+             departs="harmony_tool_choice_structural", suite="harmony_tool_choice_structural")
+      for kind in ("response_format", "structured_outputs")),
     # 0.24.0, the oldest release of the HarmonyParser band, predates these HarmonyParser changes (each checked on the
     # 0.24.0-0.31.0 wheels). Stock 0.24.0 fails the same tests the same way: the guard changes none of them.
     *(Listed(f"{HARMONY_TESTS}::{name}", why, before=before, suite="harmony_stream_guard")
@@ -300,13 +320,14 @@ LISTED = (
 )
 
 
-def listed(nodeid: str) -> list[Listed]:
-    return [row for row in LISTED if fnmatch.fnmatchcase(nodeid, row.pattern)]
+def listed(nodeid: str, suite: str) -> list[Listed]:
+    """`suite`'s rows for `nodeid` (two suites may run the same path from different sdists: tests/parser/test_harmony.py)."""
+    return [row for row in LISTED if row.suite == suite and fnmatch.fnmatchcase(nodeid, row.pattern)]
 
 
-def excused(nodeid: str, version: str) -> list[Listed]:
+def excused(nodeid: str, version: str, suite: str) -> list[Listed]:
     """The rows that excuse `nodeid` from passing on patched `version` (a `needs` row excuses only by deselecting)."""
-    return [row for row in listed(nodeid)
+    return [row for row in listed(nodeid, suite)
             if row.departs or row.everywhere or (row.before and Version(version) < Version(row.before))]
 
 

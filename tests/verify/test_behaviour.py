@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from gptoss_patch import target
+from gptoss_patch import engine, target
+from gptoss_patch.spec import Selection
 from gptoss_patch.verify import behaviour
 from tests.support import harness
 from tests.support.markers import needs
@@ -66,6 +67,7 @@ STOCK_PROBES = {
     "0.17.1": ["harmony_instructions", "marlin_atomic_add_sm121", "harmony_no_tools_channels", "harmony_stream_guard", CHANNELS],
     "0.18.0": ["harmony_reasoning_effort", CHANNELS],
     "0.22.1": ["harmony_instructions", "harmony_reasoning_effort", CHANNELS],
+    "0.25.0": ["harmony_tool_choice_structural"],
 }
 
 
@@ -347,3 +349,27 @@ def test_patched_0171_renders_responses_items_on_their_channels(patched_0171_pro
     assert ("<|start|>assistant<|channel|>analysis<|message|>The user wants the weather.\nI should call get_weather.<|end|>"
             in result.detail)
     assert "--- reasoning without content\nNone" in result.detail
+
+
+# -- harmony_tool_choice_structural (G52): 0.25.0, stock and with the default set ---------------------------------
+TOOL_CHOICE = "harmony_tool_choice_structural"
+
+
+@pytest.mark.harness
+def test_stock_0250_has_no_harmony_adjust_request(stock_probes: Callable[[str], dict[str, behaviour.ProbeResult]]) -> None:
+    result = stock_probes("0.25.0")[TOOL_CHOICE]
+    assert result.passed is False
+    assert "HarmonyParser has no adjust_request of its own" in result.evidence
+
+
+@pytest.mark.harness
+@needs("harness")
+def test_patched_0250_admits_only_tool_calls(tmp_path: Path) -> None:
+    python = harness.clone_venv(harness.cpu_venv("0.25.0"), tmp_path / "venv")
+    engine.apply(target.discover(str(python)), Selection())  # the default set: the pair is in it
+    result = probe(python, [TOOL_CHOICE], verbose=True)[TOOL_CHOICE]
+    assert result.passed is True, result.evidence
+    for line in ("required, recipient-first call: admitted", "required, final prose: rejected",
+                 "named get_weather, call of the other tool: rejected",
+                 "named get_weather, arguments against the schema: rejected"):
+        assert line in result.detail
