@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 from click.testing import CliRunner
+from packaging.version import Version
 
+from gptoss_patch import engine
 from gptoss_patch.cli import app
+from gptoss_patch.spec import PatchSpec, Selection
 from tests.support import fakesite
 
 
@@ -48,3 +52,22 @@ def listed(patch_id: str) -> str:
     result = CliRunner().invoke(app, ["list", "--json"])
     assert result.exit_code == 0, result.output
     return next(p["note"] for p in json.loads(result.stdout) if p["id"] == patch_id)
+
+
+def round_trip_on_the_real_file(spec: PatchSpec, is_applied: Callable[[str, object], bool], version: str, tmp_path: Path) -> None:
+    """One patch alone on the real file of the vllm==version wheel: apply changes it and leaves it applied (by the
+    patch's own detector and by `status`), a second apply changes nothing, revert restores the wheel's bytes."""
+    from tests.support.golden import extracted
+
+    inst = extracted(Version(version), tmp_path)
+    only = Selection(only=(spec.id,))
+    band = spec.band_for(Version(version))
+    assert band is not None, f"{spec.id} has no band for {version}"
+    path = inst.site_packages / "vllm" / band.target
+    stock = path.read_bytes()
+    assert engine.apply(inst, only).results[0].changed
+    assert is_applied(path.read_text(), None)
+    assert not engine.apply(inst, only).results[0].changed
+    assert engine.status(inst, only).results[0].state.value == "applied"
+    engine.revert(inst, only)
+    assert path.read_bytes() == stock

@@ -13,7 +13,6 @@ from functools import partial
 import pytest
 from packaging.version import Version
 
-from gptoss_patch import engine
 from gptoss_patch.patches.harmony_final_flush import (
     FLUSH_SOURCE,
     MARK,
@@ -26,9 +25,8 @@ from gptoss_patch.patches.harmony_final_flush import (
     is_applied,
 )
 from gptoss_patch.registry import all_specs
-from gptoss_patch.spec import Selection
 from gptoss_patch.versions import KNOWN_RELEASES
-from tests.patches.helpers import status_on_fake_site, wheel_source, with_helper
+from tests.patches.helpers import round_trip_on_the_real_file, status_on_fake_site, wheel_source, with_helper
 from tests.support import chat_output, harness, tools
 from tests.support.markers import needs
 
@@ -209,19 +207,7 @@ def test_the_parse_without_an_end_of_output_flush_lives_in_the_bands_target(vers
 @pytest.mark.upstream
 @pytest.mark.parametrize("version", ["0.15.1", "0.17.1", "0.23.0", "0.24.0"])
 def test_apply_is_idempotent_and_revert_restores_the_real_file(version, tmp_path):
-    from tests.support.golden import extracted
-
-    inst = extracted(Version(version), tmp_path)
-    only = Selection(only=(SPEC.id,))
-    band = SPEC.band_for(Version(version))
-    assert band is not None
-    path = inst.site_packages / "vllm" / band.target
-    stock = path.read_bytes()
-    assert engine.apply(inst, only).results[0].changed
-    assert is_applied(path.read_text(), None)
-    assert not engine.apply(inst, only).results[0].changed
-    engine.revert(inst, only)
-    assert path.read_bytes() == stock
+    round_trip_on_the_real_file(SPEC, is_applied, version, tmp_path)
 
 
 # -- behaviour: the real generator, stock and patched with the default set, against stock 0.25.0 ------------

@@ -17,7 +17,6 @@ from types import ModuleType
 import pytest
 from packaging.version import Version
 
-from gptoss_patch import engine
 from gptoss_patch.patches.harmony_output_guard import (
     FUNCTION,
     HELPER,
@@ -27,9 +26,8 @@ from gptoss_patch.patches.harmony_output_guard import (
     fixed_upstream,
     is_applied,
 )
-from gptoss_patch.spec import Selection
 from gptoss_patch.versions import KNOWN_RELEASES
-from tests.patches.helpers import status_on_fake_site, wheel_source, with_helper
+from tests.patches.helpers import round_trip_on_the_real_file, status_on_fake_site, wheel_source, with_helper
 from tests.support import harness, tools
 from tests.support.markers import needs
 
@@ -198,18 +196,7 @@ def test_the_function_lives_in_harmony_utils_until_0_23(version):
 @pytest.mark.upstream
 @pytest.mark.parametrize("version", ["0.15.1", "0.17.1", "0.18.0", "0.22.1", "0.23.0"])
 def test_apply_is_idempotent_and_revert_restores_the_real_file(version, tmp_path):
-    from tests.support.golden import extracted
-
-    inst = extracted(Version(version), tmp_path)
-    only = Selection(only=(SPEC.id,))
-    path = inst.site_packages / "vllm" / TARGET
-    stock = path.read_bytes()
-    assert engine.apply(inst, only).results[0].changed
-    assert is_applied(path.read_text(), None)
-    assert not engine.apply(inst, only).results[0].changed
-    assert engine.status(inst, only).results[0].state.value == "applied"
-    engine.revert(inst, only)
-    assert path.read_bytes() == stock
+    round_trip_on_the_real_file(SPEC, is_applied, version, tmp_path)
 
 
 # The harness behaviour test: the real parse_output_into_messages and parse_chat_output on real harmony tokens.

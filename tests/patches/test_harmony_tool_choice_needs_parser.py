@@ -15,7 +15,6 @@ from functools import partial
 import pytest
 from packaging.version import Version
 
-from gptoss_patch import engine
 from gptoss_patch.patches.harmony_tool_choice_needs_parser import (
     MARK,
     RENDERER_TARGET,
@@ -23,9 +22,8 @@ from gptoss_patch.patches.harmony_tool_choice_needs_parser import (
     fixed_upstream,
     is_applied,
 )
-from gptoss_patch.spec import Selection
 from gptoss_patch.versions import KNOWN_RELEASES
-from tests.patches.helpers import status_on_fake_site, wheel_source
+from tests.patches.helpers import round_trip_on_the_real_file, status_on_fake_site, wheel_source
 from tests.support import harness, tools
 from tests.support.markers import needs
 
@@ -167,19 +165,7 @@ def test_the_exemption_lives_in_the_bands_target(version):
 @pytest.mark.upstream
 @pytest.mark.parametrize("version", ["0.15.1", "0.17.1", "0.18.0", "0.24.0", "0.25.0", "0.33.0"])
 def test_apply_is_idempotent_and_revert_restores_the_real_file(version, tmp_path):
-    from tests.support.golden import extracted
-
-    inst = extracted(Version(version), tmp_path)
-    only = Selection(only=(SPEC.id,))
-    band = SPEC.band_for(Version(version))
-    assert band is not None
-    path = inst.site_packages / "vllm" / band.target
-    stock = path.read_bytes()
-    assert engine.apply(inst, only).results[0].changed
-    assert is_applied(path.read_text(), None)
-    assert not engine.apply(inst, only).results[0].changed
-    engine.revert(inst, only)
-    assert path.read_bytes() == stock
+    round_trip_on_the_real_file(SPEC, is_applied, version, tmp_path)
 
 
 # The harness behaviour test: the real render_chat / render_chat_request on a server object made without an

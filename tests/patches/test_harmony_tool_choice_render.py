@@ -17,7 +17,6 @@ from functools import partial
 import pytest
 from packaging.version import Version
 
-from gptoss_patch import engine
 from gptoss_patch.patches import harmony_tool_choice_structural
 from gptoss_patch.patches.harmony_tool_choice_render import (
     CALL_SOURCE,
@@ -28,9 +27,8 @@ from gptoss_patch.patches.harmony_tool_choice_render import (
     is_applied,
     parser_not_patched,
 )
-from gptoss_patch.spec import Selection
 from gptoss_patch.versions import KNOWN_RELEASES
-from tests.patches.helpers import status_on_fake_site, wheel_source
+from tests.patches.helpers import round_trip_on_the_real_file, status_on_fake_site, wheel_source
 from tests.support import harness, tools
 from tests.support.markers import needs
 
@@ -152,19 +150,7 @@ def test_the_harmony_branch_calls_adjust_request_from_0_27(version, fake_package
 @pytest.mark.upstream
 @pytest.mark.parametrize("version", ["0.24.0", "0.25.0", "0.26.0"])
 def test_apply_is_idempotent_and_revert_restores_the_real_file(version, tmp_path):
-    from tests.support.golden import extracted
-
-    inst = extracted(Version(version), tmp_path)
-    only = Selection(only=(SPEC.id,))
-    band = SPEC.band_for(Version(version))
-    assert band is not None
-    path = inst.site_packages / "vllm" / band.target
-    stock = path.read_bytes()
-    assert engine.apply(inst, only).results[0].changed
-    assert is_applied(path.read_text(), None)
-    assert not engine.apply(inst, only).results[0].changed
-    engine.revert(inst, only)
-    assert path.read_bytes() == stock
+    round_trip_on_the_real_file(SPEC, is_applied, version, tmp_path)
 
 
 # The harness behaviour test: the real render_chat on a server object made without an engine (object.__new__ plus
