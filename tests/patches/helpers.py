@@ -56,7 +56,8 @@ def listed(patch_id: str) -> str:
 
 def round_trip_on_the_real_file(spec: PatchSpec, is_applied: Callable[[str, object], bool], version: str, tmp_path: Path) -> None:
     """One patch alone on the real file of the vllm==version wheel: apply changes it and leaves it applied (by the
-    patch's own detector and by `status`), a second apply changes nothing, revert restores the wheel's bytes."""
+    patch's own detector and by `status`) and compilable, a second apply changes nothing, revert restores the wheel's
+    bytes."""
     from tests.support.golden import extracted
 
     inst = extracted(Version(version), tmp_path)
@@ -67,6 +68,7 @@ def round_trip_on_the_real_file(spec: PatchSpec, is_applied: Callable[[str, obje
     stock = path.read_bytes()
     assert engine.apply(inst, only).results[0].changed
     assert is_applied(path.read_text(), None)
+    compile(path.read_text(), str(path), "exec")  # the patched file is still Python
     assert not engine.apply(inst, only).results[0].changed
     assert engine.status(inst, only).results[0].state.value == "applied"
     engine.revert(inst, only)

@@ -125,8 +125,9 @@ print("RESULT " + json.dumps(out))
 """
 
 
-def parse_table(python: Path, table: dict[str, str] = OUTPUT_TABLE) -> dict[str, Any]:
-    """{"vllm": version, "results": {"case/tool_parser": answer}, "log": its output} from `python`'s generator."""
+def offline_env(python: Path) -> dict[str, str]:
+    """The environment of a script in harness venv `python` that loads the tiny gpt-oss's tokenizer (its path in
+    GPTOSS_TINY_MODEL) and the venv's own harmony vocabulary, offline, with none of the caller's vLLM settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "TIKTOKEN_", "HF_"))}
     env.update(
         TIKTOKEN_ENCODINGS_BASE=str(harness.vocab_dir(python)),
@@ -135,6 +136,12 @@ def parse_table(python: Path, table: dict[str, str] = OUTPUT_TABLE) -> dict[str,
         TRANSFORMERS_OFFLINE="1",
         VLLM_LOGGING_LEVEL="WARNING",
     )
+    return env
+
+
+def parse_table(python: Path, table: dict[str, str] = OUTPUT_TABLE) -> dict[str, Any]:
+    """{"vllm": version, "results": {"case/tool_parser": answer}, "log": its output} from `python`'s generator."""
+    env = offline_env(python)
     done = subprocess.run(
         [str(python), "-c", DRIVER],
         input=json.dumps([table, TOOL_PARSERS]),

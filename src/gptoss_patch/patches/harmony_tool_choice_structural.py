@@ -36,6 +36,7 @@ FLAG = "_grammar_from_tool_parser"
 TAG_KEY = "gptoss_patch_harmony"  # private: xgrammar's builtin "harmony" template stays what it is
 ADJUST = "_gptoss_patch_tool_choice"
 BUILDER = "_gptoss_patch_tool_choice_tag"
+COMPILES = "_gptoss_patch_tool_choice_compiles"
 # Set on HarmonyParser: harmony_tool_choice_render calls adjust_request only where it is (never half a fix).
 ADJUSTS = "gptoss_patch_adjusts_tool_choice"
 MARK = "# gptoss-patch harmony_tool_choice_structural:"
@@ -51,10 +52,12 @@ def {METHOD}(self, request):
 
 HELPER_SOURCE = f'''
 {MARK} the harmony structural tag for required/named tool_choice (vllm#44216; vLLM 0.27.0).
+import functools
 _GPTOSS_PATCH_CHANNELS = ("commentary", "analysis", "final")
 _GPTOSS_PATCH_CONSTRAINTS = (" json", " <|constrain|>json")
 _GPTOSS_PATCH_MESSAGE_ENDS = ["<|end|>", "<|call|>", ""]  # "" is the EOS stop (<|return|>)
 _gptoss_patch_failed_open = []
+_gptoss_patch_failed_compile = []
 
 
 def {BUILDER}(tools, builtin_tools, tool_choice, reasoning):
@@ -109,6 +112,27 @@ def {BUILDER}(tools, builtin_tools, tool_choice, reasoning):
                                                          OrFormat(elements=choices)]))
 
 
+@functools.lru_cache(maxsize=256)
+def {COMPILES}(tag_json):
+    """gptoss-patch harmony_tool_choice_structural: whether xgrammar can build the tag's grammar, once per tag. A tool
+    whose parameters are no JSON schema it reads makes xgrammar raise RuntimeError; such a request stays stock
+    (unconstrained, as before the patch) instead of the guidance fallback's KeyError (a 500, as on 0.27.0)."""
+    import xgrammar
+
+    try:
+        xgrammar.Grammar.from_structural_tag(tag_json)
+    except RuntimeError as exc:
+        from vllm.logger import init_logger
+
+        logger = init_logger(__name__)
+        log = logger.debug if _gptoss_patch_failed_compile else logger.warning  # warn once, then quiet
+        _gptoss_patch_failed_compile.append(True)
+        log("gptoss-patch harmony_tool_choice_structural: xgrammar cannot build the tool_choice tag (%s); such a "
+            "request is not constrained (stock behaviour)", str(exc).strip())
+        return False
+    return True
+
+
 def {ADJUST}(request):
     """gptoss-patch harmony_tool_choice_structural: HarmonyParser.adjust_request. A request whose tool_choice needs a
     call gets the tag as its only output constraint, applied from the first token for that request alone."""
@@ -122,7 +146,10 @@ def {ADJUST}(request):
                                    reasoning=False)
     if tag is None:  # auto without a strict tool, or xgrammar without the format classes: stock
         return request
-    request.structured_outputs = StructuredOutputsParams(structural_tag=json.dumps(tag.model_dump()))
+    tag_json = json.dumps(tag.model_dump())
+    if not {COMPILES}(tag_json):  # a schema xgrammar rejects: stock (unconstrained), not 0.27.0's 500
+        return request
+    request.structured_outputs = StructuredOutputsParams(structural_tag=tag_json)
     if isinstance(request, ChatCompletionRequest):
         request.response_format = None
         # OpenAIServingChat passes reasoning_ended=True for this request: the tag covers the analysis channel.
