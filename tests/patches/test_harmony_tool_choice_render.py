@@ -9,9 +9,7 @@ half a fix).
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 from functools import partial
 
 import pytest
@@ -219,13 +217,8 @@ print("RESULT " + json.dumps(out))
 def run_behaviour(python) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "TIKTOKEN_"))}
     env.update(TIKTOKEN_ENCODINGS_BASE=str(harness.vocab_dir(python)), VLLM_LOGGING_LEVEL="WARNING")
-    done = subprocess.run(
-        [str(python), "-c", BEHAVIOUR_SCRIPT, harmony_tool_choice_structural.ADJUSTS],
-        env=env, capture_output=True, text=True, timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    line = next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))
-    return json.loads(line.removeprefix("RESULT "))
+    result, _output = harness.script_result(python, BEHAVIOUR_SCRIPT, harmony_tool_choice_structural.ADJUSTS, env=env)
+    return result
 
 
 # One release per band, patched, and the fixing release, stock (whose own call the patched one must equal; also the

@@ -11,7 +11,6 @@ which ends as on stock 0.25.0 (taken unconstrained, where 0.27.0 answers 500): t
 from __future__ import annotations
 
 import json
-import subprocess
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -350,19 +349,9 @@ STOCK_ANSWERS = tuple(name for name in HOSTILE_CASES if "not-a-json-schema" in n
 
 def hostile_outcomes(python: Path, cases: dict[str, Any]) -> dict[str, Any]:
     """{case: outcome} for `cases`, all in one subprocess of `python` (one vLLM import per venv)."""
-    env = chat_output.offline_env(python)
-    done = subprocess.run(
-        [str(python), "-c", HOSTILE_SCRIPT],
-        input=json.dumps(cases),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    line = next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))
-    return json.loads(line.removeprefix("RESULT "))
+    result, _output = harness.script_result(python, HOSTILE_SCRIPT, env=chat_output.offline_env(python),
+                                            stdin=json.dumps(cases))
+    return result
 
 
 @pytest.fixture(scope="module")

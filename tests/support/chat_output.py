@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -141,20 +140,9 @@ def offline_env(python: Path) -> dict[str, str]:
 
 def parse_table(python: Path, table: dict[str, str] = OUTPUT_TABLE) -> dict[str, Any]:
     """{"vllm": version, "results": {"case/tool_parser": answer}, "log": its output} from `python`'s generator."""
-    env = offline_env(python)
-    done = subprocess.run(
-        [str(python), "-c", DRIVER],
-        input=json.dumps([table, TOOL_PARSERS]),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    line = next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))
+    results, log = harness.script_result(python, DRIVER, env=offline_env(python), stdin=json.dumps([table, TOOL_PARSERS]))
     return {
         "vllm": harness.installed_vllm(python),
-        "results": json.loads(line.removeprefix("RESULT ")),
-        "log": done.stdout + done.stderr,
+        "results": results,
+        "log": log,
     }  # vLLM's logger writes to stdout

@@ -118,6 +118,22 @@ def installed_vllm(python: Path) -> str:
     return plugin.distribution_facts(found)[1]
 
 
+RESULT = "RESULT "  # the line a harness script prints its JSON answer on (vLLM's logger writes to stdout too)
+
+
+def script_result(python: Path, script: str, *args: str, env: Mapping[str, str], stdin: str | None = None,
+                  timeout: float = 600) -> tuple[Any, str]:
+    """Run `script` (source text) in harness venv `python`; return the JSON of its RESULT line and its whole output.
+    A non-zero exit or a missing RESULT line fails the calling test with the script's last output."""
+    done = subprocess.run([str(python), "-c", script, *args], input=stdin, env=dict(env), capture_output=True,
+                          text=True, timeout=timeout, check=False)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    line = next((line for line in done.stdout.splitlines() if line.startswith(RESULT)), None)
+    assert line is not None, f"no {RESULT.strip()} line: {output[-3000:]}"
+    return json.loads(line.removeprefix(RESULT)), output
+
+
 def render_table(
     python: Path, cases: Mapping[str, Mapping[str, Any]], *, settings: Sequence[str] = ("unset", "1"), repeat: int = 0, api: str = "chat"
 ) -> dict[str, Any]:
