@@ -24,7 +24,7 @@ settings.register_profile("check", max_examples=10)  # `make check` (--hypothesi
 
 
 @pytest.fixture(autouse=True)
-def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     for name in list(os.environ):
         if name.startswith(("VLLM_", "GPTOSS_PATCH_TEST_", "TIKTOKEN_")) and name != markers.OFFLINE_ENV:
             monkeypatch.delenv(name, raising=False)
@@ -33,8 +33,6 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, request: pyte
     # (artefacts.SUITE_CACHE_ENV, set once in pytest_configure), and the wheel cache stays shared.
     monkeypatch.delenv("GPTOSS_PATCH_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
-    if request.node.get_closest_marker("server"):  # real servers only: a fake vLLM's envs.py does not read it
-        monkeypatch.setenv("VLLM_CACHE_ROOT", str(artefacts.vllm_cache()))  # shared by the run's servers (why: there)
     monkeypatch.setenv("COLUMNS", "3000")
     monkeypatch.setenv("NO_COLOR", "1")
 

@@ -37,7 +37,7 @@ DEMO = ROOT / "scripts" / "demo.py"
 TIMEOUT = servers.bounded(20 * 60)  # seconds: a cold build is 2-5 minutes here, the rest of the demo about two
 TAIL = 40
 # Variables that would point the demo at a cache or state outside the root (the suite's included).
-DROPPED = ("GPTOSS_PATCH_WHEEL_CACHE", "GPTOSS_PATCH_SUITE_CACHE", "PYTEST_CURRENT_TEST", "VLLM_CACHE_ROOT")  # a user's demo is cold
+DROPPED = ("GPTOSS_PATCH_WHEEL_CACHE", "GPTOSS_PATCH_SUITE_CACHE", "PYTEST_CURRENT_TEST")
 ISOLATED = ("HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "TMPDIR")
 
 
