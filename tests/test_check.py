@@ -107,6 +107,14 @@ def test_a_fixture_marks_its_users_and_one_that_slips_into_make_check_fails_with
     assert not list((tmp_path / "wheels").glob("*.whl"))
 
 
+def test_a_probe_test_without_the_harness_marker_is_refused_at_collection(suite: Path, tmp_path: Path) -> None:
+    """It would run twice: in make check (no download marker) and in the lane that takes `probe` tests."""
+    (suite / "test_probe.py").write_text("import pytest\n\n@pytest.mark.probe\ndef test_probe_alone():\n    assert True\n")
+    proc = pytest_run(["-q", str(suite / "test_probe.py")], offline_env(tmp_path))
+    assert proc.returncode != 0, proc.stdout[-2000:]
+    assert "test_probe_alone: a `probe` test must carry the `harness` marker too" in proc.stdout + proc.stderr
+
+
 def test_needs_takes_only_the_known_markers() -> None:
     with pytest.raises(ValueError, match="needs\\(\\) takes markers from"):
         markers.needs("slow")
@@ -128,10 +136,13 @@ def test_make_check_selects_with_the_same_expression_and_ci_runs_every_test_once
     selected = {name: (found.group(1) or found.group(2)) if found else None for name, found in expressions.items()}
     assert selected.pop("demo") is None and lanes.DEMO in commands["demo"]  # the demo lane names its one test
     assert f"--deselect {lanes.DEMO}" in commands["server"]
-    for present in itertools.product((False, True), repeat=len(markers.MARKERS)):
-        names = {m: p for m, p in zip(markers.MARKERS, present)}
+    every = (*markers.MARKERS, *markers.LANE_MARKERS)
+    for present in itertools.product((False, True), repeat=len(every)):
+        names = {m: p for m, p in zip(every, present)}
+        if names["probe"] and not names["harness"]:
+            continue  # refused at collection (markers.mark_from_fixtures)
         chosen = [lane for lane, expression in selected.items() if eval(expression, {}, names)]  # noqa: S307 - our own expressions
-        assert len(chosen) == (0 if not any(present) else 1), (names, chosen)
+        assert len(chosen) == (0 if not any(names[m] for m in markers.MARKERS) else 1), (names, chosen)
 
 
 def _ci_lanes():  # noqa: ANN202 - scripts/ci_lanes.py is a script, loaded by path

@@ -19,6 +19,9 @@ import pytest
 
 MARKERS = ("upstream", "harness", "server")
 FAST = " and ".join(f"not {m}" for m in MARKERS)  # the `-m` expression of `make check`
+# Not a download: the tests of the `harness` tier that .ci/run's upstream lane runs (scripts/ci_lanes.py), so that
+# the lanes end together. A `probe` test always carries `harness` too (checked at collection).
+LANE_MARKERS = ("probe",)
 OFFLINE_ENV = "GPTOSS_PATCH_TEST_OFFLINE"  # set (to 1) by `make check`: no download, no venv build
 ATTRIBUTE = "gptoss_patch_needs"
 
@@ -57,3 +60,6 @@ def mark_from_fixtures(items: list[pytest.Item]) -> None:
         for marker in derived(item):
             if marker not in present:
                 item.add_marker(marker)
+                present.add(marker)
+        if "probe" in present and "harness" not in present:  # it would run in make check and in a lane: twice
+            raise pytest.UsageError(f"{item.nodeid}: a `probe` test must carry the `harness` marker too")

@@ -95,6 +95,7 @@ def patched_0221_quiet(tmp_path_factory: pytest.TempPathFactory) -> dict[str, be
 
 
 @pytest.mark.harness
+@pytest.mark.probe
 def test_stock_0171_fails_both_probes_with_the_bug_as_evidence(stock_probes: Callable[[str], dict[str, behaviour.ProbeResult]]) -> None:
     results = stock_probes("0.17.1")
     harmony, marlin = results["harmony_instructions"], results["marlin_atomic_add_sm121"]
@@ -106,6 +107,7 @@ def test_stock_0171_fails_both_probes_with_the_bug_as_evidence(stock_probes: Cal
 
 
 @pytest.mark.harness
+@pytest.mark.probe
 def test_patched_0171_passes_both_probes_and_shows_the_prompts_on_verbose(patched_0171_probes: dict[str, behaviour.ProbeResult]) -> None:
     results = patched_0171_probes
     harmony, marlin = results["harmony_instructions"], results["marlin_atomic_add_sm121"]
@@ -117,6 +119,7 @@ def test_patched_0171_passes_both_probes_and_shows_the_prompts_on_verbose(patche
 
 
 @pytest.mark.harness
+@pytest.mark.probe
 def test_without_verbose_no_prompt_is_returned(patched_0221_quiet: dict[str, behaviour.ProbeResult]) -> None:
     # A passing harmony probe renders prompts; whether they come back depends only on --verbose (the probe's own
     # switch, the same on every release), so the quiet run of patched 0.22.1 shows it.
@@ -125,6 +128,7 @@ def test_without_verbose_no_prompt_is_returned(patched_0221_quiet: dict[str, beh
 
 
 @pytest.mark.harness
+@pytest.mark.probe
 def test_stock_0230_passes_the_harmony_probe_through_the_render_server_class(monkeypatch: pytest.MonkeyPatch) -> None:
     # 0.23.0 carries the upstream fix (vllm#44330): the probe can pass on unpatched code.
     python = harness.cpu_venv("0.23.0")
@@ -135,6 +139,7 @@ def test_stock_0230_passes_the_harmony_probe_through_the_render_server_class(mon
 
 
 @pytest.mark.harness
+@pytest.mark.probe
 def test_stock_0221_reports_the_bug_through_openai_serving_render(stock_probes: Callable[[str], dict[str, behaviour.ProbeResult]]) -> None:
     result = stock_probes("0.22.1")["harmony_instructions"]
     assert result.passed is False
@@ -142,12 +147,14 @@ def test_stock_0221_reports_the_bug_through_openai_serving_render(stock_probes: 
 
 
 @pytest.mark.harness
+@pytest.mark.probe
 def test_patched_0221_passes_both_probes(patched_0221_quiet: dict[str, behaviour.ProbeResult]) -> None:
     results = list(patched_0221_quiet.values())
     assert [(r.id, r.passed) for r in results] == [(pid, True) for pid in BOTH], [r.evidence for r in results]
 
 
 @pytest.mark.harness
+@pytest.mark.probe
 @pytest.mark.usefixtures("vocab_env")
 def test_a_crash_inside_vllm_fails_that_probe_with_the_exceptions_last_line(stock_0171: Path, tmp_path: Path) -> None:
     python = harness.clone_venv(stock_0171, tmp_path / "broken")
@@ -162,6 +169,7 @@ def test_a_crash_inside_vllm_fails_that_probe_with_the_exceptions_last_line(stoc
 
 
 @pytest.mark.harness
+@pytest.mark.probe
 @pytest.mark.usefixtures("vocab_env")
 def test_a_probe_that_kills_the_process_fails_and_later_probes_did_not_run(stock_0171: Path, tmp_path: Path) -> None:
     python = harness.clone_venv(stock_0171, tmp_path / "dying")
@@ -177,6 +185,7 @@ def test_a_probe_that_kills_the_process_fails_and_later_probes_did_not_run(stock
 
 
 @pytest.mark.harness
+@pytest.mark.probe
 @pytest.mark.usefixtures("vocab_env")
 def test_a_missing_package_is_named_with_a_pip_command_never_passed(stock_0171: Path, tmp_path: Path) -> None:
     python = harness.clone_venv(stock_0171, tmp_path / "no-harmony")
@@ -233,6 +242,7 @@ CATALOGUE = ["harmony_no_tools_channels", "harmony_stream_guard"]
 
 
 @pytest.mark.harness
+@pytest.mark.probe
 def test_stock_0171_reproduces_g04_and_g05(stock_probes: Callable[[str], dict[str, behaviour.ProbeResult]]) -> None:
     results = stock_probes("0.17.1")
     channels, stream = results["harmony_no_tools_channels"], results["harmony_stream_guard"]
@@ -243,6 +253,7 @@ def test_stock_0171_reproduces_g04_and_g05(stock_probes: Callable[[str], dict[st
 
 
 @pytest.mark.harness
+@pytest.mark.probe
 @pytest.mark.usefixtures("vocab_env")
 def test_patched_0171_restricts_channels_and_keeps_streaming(stock_0171: Path, tmp_path: Path) -> None:
     python = harness.clone_venv(stock_0171, tmp_path / "venv")
@@ -259,6 +270,7 @@ EFFORT = "harmony_reasoning_effort"
 
 
 @pytest.mark.harness
+@pytest.mark.probe
 @pytest.mark.parametrize(
     ("version", "failure"),
     [("0.18.0", "minimal: KeyError: 'minimal'"), ("0.22.1", "minimal: ValueError: reasoning_effort='minimal' is not supported by Harmony")],
@@ -317,6 +329,7 @@ EMPTY_ASSERT = "reasoning without content: AssertionError (at vllm/entrypoints/o
 
 
 @pytest.mark.harness
+@pytest.mark.probe
 @pytest.mark.parametrize(
     ("version", "present", "absent"),
     [("0.17.1", [TOOL_OUTPUT_BARE, REASONING_ASSERT, EMPTY_ASSERT], []),
@@ -334,6 +347,7 @@ def test_stock_fails_the_channels_probe_on_the_items_it_gets_wrong(
 
 
 @pytest.mark.harness
+@pytest.mark.probe
 def test_stock_0221_passes_the_channels_probe(stock_probes: Callable[[str], dict[str, behaviour.ProbeResult]]) -> None:
     # 0.22.0 is the fixing release (fixed_in): its own converter passes, so the probe can pass on unpatched code.
     result = stock_probes("0.22.1")[CHANNELS]
@@ -341,6 +355,7 @@ def test_stock_0221_passes_the_channels_probe(stock_probes: Callable[[str], dict
 
 
 @pytest.mark.harness
+@pytest.mark.probe
 def test_patched_0171_renders_responses_items_on_their_channels(patched_0171_probes: dict[str, behaviour.ProbeResult]) -> None:
     result = patched_0171_probes[CHANNELS]
     assert result.passed is True, result.evidence
@@ -356,6 +371,7 @@ TOOL_CHOICE = "harmony_tool_choice_structural"
 
 
 @pytest.mark.harness
+@pytest.mark.probe
 def test_stock_0250_has_no_harmony_adjust_request(stock_probes: Callable[[str], dict[str, behaviour.ProbeResult]]) -> None:
     result = stock_probes("0.25.0")[TOOL_CHOICE]
     assert result.passed is False
@@ -363,6 +379,7 @@ def test_stock_0250_has_no_harmony_adjust_request(stock_probes: Callable[[str], 
 
 
 @pytest.mark.harness
+@pytest.mark.probe
 @needs("harness")
 def test_patched_0250_admits_only_tool_calls(tmp_path: Path) -> None:
     python = harness.clone_venv(harness.cpu_venv("0.25.0"), tmp_path / "venv")
