@@ -6,10 +6,8 @@ the per-token loop the codemod guards. The behaviour tests run the real function
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import subprocess
 import sys
 from functools import partial
 from types import ModuleType
@@ -233,12 +231,7 @@ print("RESULT " + json.dumps(out, default=str))
 def run_behaviour(python) -> tuple[dict, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "TIKTOKEN_"))}
     env.update(TIKTOKEN_ENCODINGS_BASE=str(harness.vocab_dir(python)), VLLM_LOGGING_LEVEL="WARNING")
-    done = subprocess.run(
-        [str(python), "-c", BEHAVIOUR_SCRIPT, VALID], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    line = next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))
-    return json.loads(line.removeprefix("RESULT ")), done.stdout + done.stderr
+    return harness.script_result(python, BEHAVIOUR_SCRIPT, VALID, env=env)
 
 
 HARNESS_RELEASES = ("0.17.1", "0.22.1")  # the CPU harness venvs it builds (tests/support/prewarm.py)

@@ -7,9 +7,7 @@ real method in CPU harness venvs, stock and patched.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 from functools import partial
 
 import pytest
@@ -235,10 +233,7 @@ print("RESULT " + json.dumps(out))
 def run_behaviour(python) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "TIKTOKEN_"))}
     env.update(TIKTOKEN_ENCODINGS_BASE=str(harness.vocab_dir(python)), VLLM_LOGGING_LEVEL="WARNING")
-    done = subprocess.run([str(python), "-c", BEHAVIOUR_SCRIPT], env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    line = next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))
-    return json.loads(line.removeprefix("RESULT "))
+    return harness.script_result(python, BEHAVIOUR_SCRIPT, env=env)[0]
 
 
 # One release per band: the CPU harness venvs it builds (tests/support/prewarm.py).
