@@ -40,6 +40,7 @@ def test_round_trip_at_band_boundaries(version: str, tmp_path: Path):
 # that release (its SPEC's probe_runs_on: 0.25+ renders through OnlineRenderer, 0.32+ has no stream
 # helper to call; both fixed upstream there, and `status` says so by shape).
 @pytest.mark.harness
+@pytest.mark.probe
 @pytest.mark.parametrize("version", [pytest.param(v, id=f"vllm-{v}") for v in BOUNDARIES])
 def test_behaviour_after_apply_at_band_boundaries(version: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     python = harness.clone_venv(harness.cpu_venv(version), tmp_path / "venv")
