@@ -7,7 +7,6 @@ the per-token loop the codemod guards. The behaviour tests run the real function
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from functools import partial
 from types import ModuleType
@@ -229,9 +228,7 @@ print("RESULT " + json.dumps(out, default=str))
 
 
 def run_behaviour(python) -> tuple[dict, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "TIKTOKEN_"))}
-    env.update(TIKTOKEN_ENCODINGS_BASE=str(harness.vocab_dir(python)), VLLM_LOGGING_LEVEL="WARNING")
-    return harness.script_result(python, BEHAVIOUR_SCRIPT, VALID, env=env)
+    return harness.script_result(python, BEHAVIOUR_SCRIPT, VALID, env=harness.script_env(python))
 
 
 HARNESS_RELEASES = ("0.17.1", "0.22.1")  # the CPU harness venvs it builds (tests/support/prewarm.py)

@@ -7,7 +7,6 @@ real method in CPU harness venvs, stock and patched.
 
 from __future__ import annotations
 
-import os
 from functools import partial
 
 import pytest
@@ -231,9 +230,7 @@ print("RESULT " + json.dumps(out))
 
 
 def run_behaviour(python) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "TIKTOKEN_"))}
-    env.update(TIKTOKEN_ENCODINGS_BASE=str(harness.vocab_dir(python)), VLLM_LOGGING_LEVEL="WARNING")
-    return harness.script_result(python, BEHAVIOUR_SCRIPT, env=env)[0]
+    return harness.script_result(python, BEHAVIOUR_SCRIPT, env=harness.script_env(python))[0]
 
 
 # One release per band: the CPU harness venvs it builds (tests/support/prewarm.py).

@@ -9,7 +9,6 @@ half a fix).
 
 from __future__ import annotations
 
-import os
 from functools import partial
 
 import pytest
@@ -215,10 +214,7 @@ print("RESULT " + json.dumps(out))
 
 
 def run_behaviour(python) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "TIKTOKEN_"))}
-    env.update(TIKTOKEN_ENCODINGS_BASE=str(harness.vocab_dir(python)), VLLM_LOGGING_LEVEL="WARNING")
-    result, _output = harness.script_result(python, BEHAVIOUR_SCRIPT, harmony_tool_choice_structural.ADJUSTS, env=env)
-    return result
+    return harness.script_result(python, BEHAVIOUR_SCRIPT, harmony_tool_choice_structural.ADJUSTS, env=harness.script_env(python))[0]
 
 
 # One release per band, patched, and the fixing release, stock (whose own call the patched one must equal; also the

@@ -14,7 +14,6 @@ which vLLM 0.25.0's HarmonyParser.flush() decodes a recovered tail with.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -127,13 +126,11 @@ print("RESULT " + json.dumps(out))
 def offline_env(python: Path) -> dict[str, str]:
     """The environment of a script in harness venv `python` that loads the tiny gpt-oss's tokenizer (its path in
     GPTOSS_TINY_MODEL) and the venv's own harmony vocabulary, offline, with none of the caller's vLLM settings."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "TIKTOKEN_", "HF_"))}
+    env = {k: v for k, v in harness.script_env(python).items() if not k.startswith("HF_")}
     env.update(
-        TIKTOKEN_ENCODINGS_BASE=str(harness.vocab_dir(python)),
         GPTOSS_TINY_MODEL=str(tiny_model.tiny_model(python, prefix="upstream-")),
         HF_HUB_OFFLINE="1",
         TRANSFORMERS_OFFLINE="1",
-        VLLM_LOGGING_LEVEL="WARNING",
     )
     return env
 

@@ -121,6 +121,14 @@ def installed_vllm(python: Path) -> str:
 RESULT = "RESULT "  # the line a harness script prints its JSON answer on (vLLM's logger writes to stdout too)
 
 
+def script_env(python: Path) -> dict[str, str]:
+    """The environment of a harness script in venv `python`: none of the caller's vLLM or tiktoken settings, the
+    venv's own harmony vocabulary, vLLM's logger at WARNING."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "TIKTOKEN_"))}
+    env.update(TIKTOKEN_ENCODINGS_BASE=str(vocab_dir(python)), VLLM_LOGGING_LEVEL="WARNING")
+    return env
+
+
 def script_result(python: Path, script: str, *args: str, env: Mapping[str, str], stdin: str | None = None,
                   timeout: float = 600) -> tuple[Any, str]:
     """Run `script` (source text) in harness venv `python`; return the JSON of its RESULT line and its whole output.
