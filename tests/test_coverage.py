@@ -7,16 +7,16 @@ The expected state of each patch before apply, and each probe's verdict after it
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from gptoss_patch import engine, target
+from gptoss_patch import target
 from gptoss_patch.registry import by_id
-from gptoss_patch.verify import behaviour
-from tests.support import harness
+from gptoss_patch.verify.behaviour import ProbeResult
 from tests.support.catalogue import probed, stock_states, verdict_after_apply
-from tests.support.roundtrip import EVERY, roundtrip
+from tests.support.roundtrip import roundtrip
 from tests.support.upstream import fresh_install
 
 pytestmark = pytest.mark.upstream
@@ -36,16 +36,14 @@ def test_round_trip_at_band_boundaries(version: str, tmp_path: Path):
     assert all(state != "pending" for state in outcome.after.values()), outcome.after
 
 
-# Behaviour probes after `apply`, per band boundary: True = passed; None = the probe cannot run on
-# that release (its SPEC's probe_runs_on: 0.25+ renders through OnlineRenderer, 0.32+ has no stream
-# helper to call; both fixed upstream there, and `status` says so by shape).
+# Behaviour probes after `apply` of every patch, per band boundary (tests/conftest.py's probes_after_apply, whose runs
+# test_behaviour reads too): True = passed; None = the probe cannot run on that release (its SPEC's probe_runs_on:
+# 0.25+ renders through OnlineRenderer, 0.32+ has no stream helper to call; both fixed upstream there, and `status`
+# says so by shape).
 @pytest.mark.harness
 @pytest.mark.probe
 @pytest.mark.parametrize("version", [pytest.param(v, id=f"vllm-{v}") for v in BOUNDARIES])
-def test_behaviour_after_apply_at_band_boundaries(version: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    python = harness.clone_venv(harness.cpu_venv(version), tmp_path / "venv")
-    monkeypatch.setenv("TIKTOKEN_ENCODINGS_BASE", str(harness.vocab_dir(python)))
-    engine.apply(target.discover(str(python)), EVERY)  # opt-in patches too: every probe is exercised
-    results = {r.id: r for r in behaviour.run(str(python), probed(), verbose=False)}
+def test_behaviour_after_apply_at_band_boundaries(version: str, probes_after_apply: Callable[[str], dict[str, ProbeResult]]):
+    results = probes_after_apply(version)
     expected = {patch_id: verdict_after_apply(by_id()[patch_id], version) for patch_id in probed()}
     assert {i: r.passed for i, r in results.items()} == expected, {i: r.evidence for i, r in results.items()}

@@ -2,7 +2,8 @@
 
 Each `behaviour.run` starts one target process that imports vLLM (about 8 CPU-seconds), so each venv state is probed
 once: a stock release's probes all run in one process whose results the tests of that release read (`stock_probes`),
-and the tests of one patched clone read its one run.
+and a band boundary patched with every patch is the run tests/test_coverage.py checks the verdicts of
+(`probes_after_apply`, tests/conftest.py), whose evidence and prompts the tests here read.
 """
 
 from __future__ import annotations
@@ -33,16 +34,9 @@ def stock_0171() -> Path:
 
 
 @pytest.fixture(scope="module")
-def patched_0171(stock_0171: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    python = harness.clone_venv(stock_0171, tmp_path_factory.mktemp("patched") / "venv")
-    harness.apply_patches(python, [*BOTH, CHANNELS])
-    return python
-
-
-@pytest.fixture(scope="module")
-def patched_0171_probes(patched_0171: Path) -> dict[str, behaviour.ProbeResult]:
-    """The probes of patched 0.17.1, verbose, in one process for the tests that read it."""
-    return probe(patched_0171, [*BOTH, CHANNELS], verbose=True)
+def patched_0171_probes(probes_after_apply: Callable[[str], dict[str, behaviour.ProbeResult]]) -> dict[str, behaviour.ProbeResult]:
+    """The probes of 0.17.1 patched with every patch, verbose: the run test_coverage checks at that band boundary."""
+    return probes_after_apply("0.17.1")
 
 
 @pytest.fixture
@@ -87,11 +81,10 @@ def stock_probes() -> Callable[[str], dict[str, behaviour.ProbeResult]]:
 
 @pytest.fixture(scope="module")
 @needs("harness")
-def patched_0221_quiet(tmp_path_factory: pytest.TempPathFactory) -> dict[str, behaviour.ProbeResult]:
-    """0.22.1 with both patches, probed without --verbose: one run for the two tests that read it."""
-    python = harness.clone_venv(harness.cpu_venv("0.22.1"), tmp_path_factory.mktemp("patched-0221") / "venv")
-    harness.apply_patches(python, BOTH)
-    return probe(python, BOTH, verbose=False)
+def stock_0230_quiet() -> dict[str, behaviour.ProbeResult]:
+    """Stock 0.23.0, which carries the upstream fix of harmony_instructions, probed without --verbose: one run for the
+    two tests that read it."""
+    return probe(harness.cpu_venv("0.23.0"), BOTH, verbose=False)
 
 
 @pytest.mark.harness
@@ -120,20 +113,18 @@ def test_patched_0171_passes_both_probes_and_shows_the_prompts_on_verbose(patche
 
 @pytest.mark.harness
 @pytest.mark.probe
-def test_without_verbose_no_prompt_is_returned(patched_0221_quiet: dict[str, behaviour.ProbeResult]) -> None:
+def test_without_verbose_no_prompt_is_returned(stock_0230_quiet: dict[str, behaviour.ProbeResult]) -> None:
     # A passing harmony probe renders prompts; whether they come back depends only on --verbose (the probe's own
-    # switch, the same on every release), so the quiet run of patched 0.22.1 shows it.
-    result = patched_0221_quiet["harmony_instructions"]
+    # switch, the same on every release, patched or not), so the quiet run of stock 0.23.0 shows it.
+    result = stock_0230_quiet["harmony_instructions"]
     assert result.passed is True and result.detail == ""
 
 
 @pytest.mark.harness
 @pytest.mark.probe
-def test_stock_0230_passes_the_harmony_probe_through_the_render_server_class(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stock_0230_passes_the_harmony_probe_through_the_render_server_class(stock_0230_quiet: dict[str, behaviour.ProbeResult]) -> None:
     # 0.23.0 carries the upstream fix (vllm#44330): the probe can pass on unpatched code.
-    python = harness.cpu_venv("0.23.0")
-    monkeypatch.setenv("TIKTOKEN_ENCODINGS_BASE", str(harness.vocab_dir(python)))
-    results = by_id(behaviour.run(str(python), BOTH, verbose=False))
+    results = stock_0230_quiet
     assert results["harmony_instructions"].passed is True, results["harmony_instructions"].evidence
     assert results["marlin_atomic_add_sm121"].passed is False  # stock: the SM121 default is ours
 
@@ -148,8 +139,8 @@ def test_stock_0221_reports_the_bug_through_openai_serving_render(stock_probes: 
 
 @pytest.mark.harness
 @pytest.mark.probe
-def test_patched_0221_passes_both_probes(patched_0221_quiet: dict[str, behaviour.ProbeResult]) -> None:
-    results = list(patched_0221_quiet.values())
+def test_patched_0221_passes_both_probes(probes_after_apply: Callable[[str], dict[str, behaviour.ProbeResult]]) -> None:
+    results = [probes_after_apply("0.22.1")[pid] for pid in BOTH]
     assert [(r.id, r.passed) for r in results] == [(pid, True) for pid in BOTH], [r.evidence for r in results]
 
 
@@ -254,12 +245,8 @@ def test_stock_0171_reproduces_g04_and_g05(stock_probes: Callable[[str], dict[st
 
 @pytest.mark.harness
 @pytest.mark.probe
-@pytest.mark.usefixtures("vocab_env")
-def test_patched_0171_restricts_channels_and_keeps_streaming(stock_0171: Path, tmp_path: Path) -> None:
-    python = harness.clone_venv(stock_0171, tmp_path / "venv")
-    harness.apply_patches(python, CATALOGUE)
-    results = by_id(behaviour.run(str(python), CATALOGUE, verbose=True))
-    channels, stream = results["harmony_no_tools_channels"], results["harmony_stream_guard"]
+def test_patched_0171_restricts_channels_and_keeps_streaming(patched_0171_probes: dict[str, behaviour.ProbeResult]) -> None:
+    channels, stream = patched_0171_probes["harmony_no_tools_channels"], patched_0171_probes["harmony_stream_guard"]
     assert channels.passed is True, channels.evidence
     assert "without custom tools: analysis, final; with custom tools: analysis, commentary, final" in channels.evidence
     assert stream.passed is True, stream.evidence
@@ -278,15 +265,11 @@ EFFORT = "harmony_reasoning_effort"
 )
 def test_stock_rejects_minimal_and_patched_renders_reasoning_low(
     version: str, failure: str, stock_probes: Callable[[str], dict[str, behaviour.ProbeResult]],
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    probes_after_apply: Callable[[str], dict[str, behaviour.ProbeResult]]
 ) -> None:
     before = stock_probes(version)[EFFORT]
     assert before.passed is False and failure in before.evidence, before.evidence
-    stock = harness.cpu_venv(version)
-    monkeypatch.setenv("TIKTOKEN_ENCODINGS_BASE", str(harness.vocab_dir(stock)))
-    python = harness.clone_venv(stock, tmp_path / "venv")
-    harness.apply_patches(python, [EFFORT])
-    (after,) = behaviour.run(str(python), [EFFORT], verbose=True)
+    after = probes_after_apply(version)[EFFORT]
     assert after.passed is True, after.evidence
     assert "minimal -> Reasoning: low; xhigh -> Reasoning: high; max -> Reasoning: high; medium -> Reasoning: medium" in after.evidence
     assert "GPTOSS_PATCH_REASONING_EFFORT_MAP='{}': minimal rejected" in after.evidence
