@@ -104,18 +104,15 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
 def probes_after_apply(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], dict[str, behaviour.ProbeResult]]:
     """Every behaviour probe, verbose, on a clone of a release's CPU harness venv after `apply` of every patch (the
     default set and the opt-in ones), run once per release and session on first use: test_coverage reads the verdicts
-    at each band boundary, test_behaviour the evidence and the rendered prompts of the same run. Each run is a target
-    process that imports vLLM (about 8 CPU-seconds); the two modules probed the same patched releases in six runs
-    of their own before."""
+    at each band boundary, test_behaviour the evidence and the rendered prompts of the same run (a target process that
+    imports vLLM: about 8 CPU-seconds)."""
     done: dict[str, dict[str, behaviour.ProbeResult]] = {}
 
     def results(version: str) -> dict[str, behaviour.ProbeResult]:
         if version not in done:
             python = harness.clone_venv(harness.cpu_venv(version), tmp_path_factory.mktemp(f"probed-{version}") / "venv")
             engine.apply(target.discover(str(python)), EVERY)
-            with pytest.MonkeyPatch.context() as patch:
-                patch.setenv("TIKTOKEN_ENCODINGS_BASE", str(harness.vocab_dir(python)))
-                done[version] = {r.id: r for r in behaviour.run(str(python), probed(), verbose=True)}
+            done[version] = harness.probe_results(python, probed(), verbose=True)
         return done[version]
 
     return results

@@ -43,7 +43,7 @@ from gptoss_patch import engine, target, vocab
 from gptoss_patch.errors import last_line
 from gptoss_patch.hook import plugin
 from gptoss_patch.spec import Selection
-from gptoss_patch.verify.behaviour import START_DATE
+from gptoss_patch.verify.behaviour import START_DATE, ProbeResult, run as run_probes
 from gptoss_patch.verify.probes import MARKER, PROMPTS
 from tests.support import artefacts, installers, upstream, venvs
 
@@ -116,6 +116,12 @@ def installed_vllm(python: Path) -> str:
     if not found:
         raise HarnessError(f"no vllm installed for {python}")
     return plugin.distribution_facts(found)[1]
+
+
+def probe_results(python: Path, patch_ids: Sequence[str], *, verbose: bool) -> dict[str, ProbeResult]:
+    """The behaviour probes of `patch_ids` in harness venv `python`, in one target process, with the venv's own harmony
+    vocabulary (verify --behaviour's --vocab), by patch id."""
+    return {r.id: r for r in run_probes(str(python), patch_ids, verbose=verbose, vocabulary=vocab_dir(python))}
 
 
 RESULT = "RESULT "  # the line a harness script prints its JSON answer on (vLLM's logger writes to stdout too)

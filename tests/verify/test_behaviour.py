@@ -48,13 +48,6 @@ def by_id(results: list[behaviour.ProbeResult]) -> dict[str, behaviour.ProbeResu
     return {r.id: r for r in results}
 
 
-def probe(python: Path, patch_ids: list[str], *, verbose: bool) -> dict[str, behaviour.ProbeResult]:
-    """One probe process in `python` with its own vocabulary (for module-scoped fixtures, which cannot monkeypatch)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TIKTOKEN_ENCODINGS_BASE", str(harness.vocab_dir(python)))
-        return by_id(behaviour.run(str(python), patch_ids, verbose=verbose))
-
-
 # The probes each stock release's tests read, all in one process per release (verbose: the tests that look at the
 # rendered prompts need it, and it changes no verdict or evidence).
 STOCK_PROBES = {
@@ -73,7 +66,7 @@ def stock_probes() -> Callable[[str], dict[str, behaviour.ProbeResult]]:
 
     def results(version: str) -> dict[str, behaviour.ProbeResult]:
         if version not in done:
-            done[version] = probe(harness.cpu_venv(version), STOCK_PROBES[version], verbose=True)
+            done[version] = harness.probe_results(harness.cpu_venv(version), STOCK_PROBES[version], verbose=True)
         return done[version]
 
     return results
@@ -84,7 +77,7 @@ def stock_probes() -> Callable[[str], dict[str, behaviour.ProbeResult]]:
 def stock_0230_quiet() -> dict[str, behaviour.ProbeResult]:
     """Stock 0.23.0, which carries the upstream fix of harmony_instructions, probed without --verbose: one run for the
     two tests that read it."""
-    return probe(harness.cpu_venv("0.23.0"), BOTH, verbose=False)
+    return harness.probe_results(harness.cpu_venv("0.23.0"), BOTH, verbose=False)
 
 
 @pytest.mark.harness
@@ -367,7 +360,7 @@ def test_stock_0250_has_no_harmony_adjust_request(stock_probes: Callable[[str], 
 def test_patched_0250_admits_only_tool_calls(tmp_path: Path) -> None:
     python = harness.clone_venv(harness.cpu_venv("0.25.0"), tmp_path / "venv")
     engine.apply(target.discover(str(python)), Selection())  # the default set: the pair is in it
-    result = probe(python, [TOOL_CHOICE], verbose=True)[TOOL_CHOICE]
+    result = harness.probe_results(python, [TOOL_CHOICE], verbose=True)[TOOL_CHOICE]
     assert result.passed is True, result.evidence
     for line in ("required, recipient-first call: admitted", "required, final prose: rejected",
                  "named get_weather, call of the other tool: rejected",
