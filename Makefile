@@ -4,8 +4,6 @@ PYTHON ?= python3
 VENV := .venv
 # The tests of `make check`: none with a marker that stands for a download (tests/support/markers.py).
 FAST_TESTS := not upstream and not harness and not server
-# The rest. .ci/run runs `make check`, then `make test TEST_ARGS='-m "$(SLOW_TESTS)"'`: each test once.
-SLOW_TESTS := upstream or harness or server
 
 .PHONY: demo test test-changed check bench matrix fuzz
 
@@ -29,10 +27,17 @@ check: $(VENV)/.dev-installed
 	    GPTOSS_PATCH_TEST_OFFLINE=1 PIP_NO_INDEX=1 PIP_FIND_LINKS= \
 	    $(VENV)/bin/python -m pytest -p no:cacheprovider --hypothesis-profile check -m "$(FAST_TESTS)"
 
-# PREWARM= turns the second process off (.ci/run's lanes keep both cores busy without it).
+# The whole suite: the concurrent lanes of .ci/run (scripts/ci_lanes.py: `make check` and the slow tiers side by side,
+# each test once) on the user's cache. With TEST_ARGS, those pytest arguments in one process beside the prewarm
+# (PREWARM= turns the second process off; the lanes run theirs so, both cores busy without it).
 PREWARM ?= --prewarm
+ifeq ($(strip $(TEST_ARGS)),)
+test: $(VENV)/.dev-installed
+	$(VENV)/bin/python scripts/ci_lanes.py
+else
 test: $(VENV)/.installed
 	$(VENV)/bin/python -m pytest $(PREWARM) $(TEST_ARGS)
+endif
 
 # A developer's loop: the test files that cover what changed since BASE (default HEAD), from docs/development.md's
 # module -> tests table (scripts/changed_tests.py). CI always runs everything.

@@ -24,15 +24,19 @@ tier, the slowest tests) with the wall time against BUDGET, and a loud warning a
 a failure: CI's machine may be slow that day).
 
     python3 scripts/ci_lanes.py ROOT          (ROOT: the run's temporary root, made by .ci/run)
+    python3 scripts/ci_lanes.py               (`make test`: a temporary root of its own, removed at the end, and the
+                                               user's suite cache, warm from earlier runs; no budget warning)
 """
 
 from __future__ import annotations
 
 import csv
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -197,7 +201,9 @@ def _interrupted(signum: int, frame: object) -> None:
     raise Interrupted(signum)
 
 
-def run(root: Path) -> int:
+def run(root: Path, budget: float | None = BUDGET) -> int:
+    """The lanes under `root`, then the report: measured against `budget` (seconds; None: `make test`, which runs on
+    whatever cache the user has, so no budget applies). The exit code: 0, 1 when a lane failed, 128+N on signal N."""
     for directory in ("logs", "timings"):
         (root / directory).mkdir(parents=True, exist_ok=True)
     lanes = [Lane(name, command, root / "logs" / f"{name}.log") for name, command in LANES]
@@ -243,8 +249,22 @@ def run(root: Path) -> int:
         print_log(failed)  # last: the failure is what a reader sees first at the bottom
         say(f"FAILED: lane {failed.name} (exit {failed.code}); its log: {failed.log}")
         code = code or 1
-    print(report(lanes, samples, root, started, ended), flush=True)
+    print(report(lanes, samples, root, started, ended, budget), flush=True)
     return code
+
+
+def local() -> int:
+    """`make test`: the same lanes in a temporary root of our own (removed at the end, also on failure or signal) on
+    the user's suite cache. The lanes get private HOMEs, so the cache is resolved here, from this environment."""
+    sys.path.insert(0, str(REPO / "src"))
+    from gptoss_patch import paths
+
+    os.environ["GPTOSS_PATCH_CACHE"] = str(paths.cache_root())
+    root = Path(tempfile.mkdtemp(prefix="gptoss-patch-test."))
+    try:
+        return run(root, budget=None)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def say(message: str) -> None:
@@ -310,15 +330,17 @@ def _rows(path: Path) -> list[dict[str, str]]:
         return []
 
 
-def report(lanes: list[Lane], samples: Samples, root: Path, started: float, ended: float) -> str:
+def report(lanes: list[Lane], samples: Samples, root: Path, started: float, ended: float,
+           budget: float | None = BUDGET) -> str:
     wall = ended - started
     tests = [row for lane in lanes for row in _rows(root / "timings" / f"{lane.name}.csv")]
     lines = []
-    if wall > BUDGET:
+    if budget is not None and wall > budget:
         bar = "!" * 100
-        lines += [bar, f"ci: WARNING: this run took {minutes(wall)}, over its budget of {minutes(BUDGET)} on a quiet 2-core "
+        lines += [bar, f"ci: WARNING: this run took {minutes(wall)}, over its budget of {minutes(budget)} on a quiet 2-core "
                        "machine (CI's hard limit is 90 min): find what grew in the tables below", bar]
-    lines.append(f"ci: wall {minutes(wall)} (budget {minutes(BUDGET)} on a quiet machine); lanes: "
+    against = f" (budget {minutes(budget)} on a quiet machine)" if budget is not None else ""
+    lines.append(f"ci: wall {minutes(wall)}{against}; lanes: "
                  + "; ".join(f"{lane.name} {minutes((lane.ended or ended) - lane.started)} cpu {lane.cpu / 60:.1f} min"
                              for lane in lanes))
     lines.append("ci: " + utilisation(samples, sum(lane.cpu for lane in lanes)))
@@ -369,6 +391,6 @@ def slowest(tests: list[dict[str, str]]) -> list[str]:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python3 scripts/ci_lanes.py ROOT")
-    sys.exit(run(Path(sys.argv[1])))
+    if len(sys.argv) > 2:
+        sys.exit("usage: python3 scripts/ci_lanes.py [ROOT]")
+    sys.exit(run(Path(sys.argv[1])) if len(sys.argv) == 2 else local())

@@ -190,6 +190,23 @@ def test_a_failing_lane_stops_the_others_and_the_run_prints_its_log_last(tmp_pat
     assert _left(tmp_path) == []
 
 
+def test_make_test_runs_the_lanes_on_the_users_cache_in_a_root_it_removes(tmp_path: Path) -> None:
+    """`make test` (no ROOT): the lanes' private HOMEs would hide the user's cache, so the runner names it for them;
+    its temporary root goes at the end; no CI budget is held against a run on whatever cache the user has."""
+    (tmp_path / "temp").mkdir()
+    lane = ("env", ["sh", "-c", 'echo "cache=$GPTOSS_PATCH_CACHE" "tmp=$TMPDIR"; sleep 6'])
+    code = RUN_LANES.format(scripts=str(ROOT / "scripts"), lanes=(lane,), root="").replace(
+        "sys.exit(ci_lanes.run(Path('')))", "ci_lanes.BUDGET = 1.0\nsys.exit(ci_lanes.local())")
+    env = {k: v for k, v in os.environ.items() if k not in ("GPTOSS_PATCH_CACHE", "GPTOSS_PATCH_CI_KEEP_GOING")}
+    env.update(XDG_CACHE_HOME=str(tmp_path / "xdg"), TMPDIR=str(tmp_path / "temp"))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=90, check=False)
+
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert f"cache={tmp_path / 'xdg' / 'gptoss-patch'} tmp={tmp_path / 'temp'}/gptoss-patch-test." in proc.stdout
+    assert "ci: wall 0 min" in proc.stdout and "budget" not in proc.stdout and "WARNING" not in proc.stdout
+    assert list((tmp_path / "temp").iterdir()) == []  # the root, its lanes' TMPDIRs and logs: all removed
+
+
 def test_a_signal_to_the_run_stops_every_lane_and_leaves_nothing_behind(tmp_path: Path) -> None:
     proc = _lanes_run(tmp_path, (("one", ["sleep", "120"]), ("two", ["sh", "-c", "sleep 120; echo never"])))
     deadline = time.monotonic() + 30
