@@ -258,8 +258,13 @@ def local() -> int:
     the user's suite cache. The lanes get private HOMEs, so the cache is resolved here, from this environment."""
     sys.path.insert(0, str(REPO / "src"))
     from gptoss_patch import paths
+    from gptoss_patch.errors import UsageError
 
-    os.environ["GPTOSS_PATCH_CACHE"] = str(paths.cache_root())
+    try:
+        os.environ["GPTOSS_PATCH_CACHE"] = str(paths.cache_root())
+    except UsageError as exc:  # GPTOSS_PATCH_CACHE names a file: one line, before any lane starts
+        print(f"make test: {exc}; {exc.hint}", file=sys.stderr)
+        return 2
     root = Path(tempfile.mkdtemp(prefix="gptoss-patch-test."))
     try:
         return run(root, budget=None)

@@ -207,6 +207,20 @@ def test_make_test_runs_the_lanes_on_the_users_cache_in_a_root_it_removes(tmp_pa
     assert list((tmp_path / "temp").iterdir()) == []  # the root, its lanes' TMPDIRs and logs: all removed
 
 
+def test_make_test_with_a_cache_that_is_a_file_says_so_in_one_line_and_starts_nothing(tmp_path: Path) -> None:
+    (tmp_path / "temp").mkdir()
+    (tmp_path / "cache").write_text("not a directory")
+    code = RUN_LANES.format(scripts=str(ROOT / "scripts"), lanes=(("never", ["touch", str(tmp_path / "ran")]),), root="")
+    code = code.replace("sys.exit(ci_lanes.run(Path('')))", "sys.exit(ci_lanes.local())")
+    env = {**os.environ, "GPTOSS_PATCH_CACHE": str(tmp_path / "cache"), "TMPDIR": str(tmp_path / "temp")}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60, check=False)
+
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines() == [f"make test: GPTOSS_PATCH_CACHE={tmp_path / 'cache'} is not a directory; "
+                                                "point GPTOSS_PATCH_CACHE at a directory, or unset it"]
+    assert not (tmp_path / "ran").exists() and list((tmp_path / "temp").iterdir()) == []
+
+
 def test_a_signal_to_the_run_stops_every_lane_and_leaves_nothing_behind(tmp_path: Path) -> None:
     proc = _lanes_run(tmp_path, (("one", ["sleep", "120"]), ("two", ["sh", "-c", "sleep 120; echo never"])))
     deadline = time.monotonic() + 30
