@@ -8,6 +8,7 @@ and a band boundary patched with every patch is the run tests/test_coverage.py c
 
 from __future__ import annotations
 
+import functools
 import shutil
 import subprocess
 import sys
@@ -16,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gptoss_patch import engine, target
-from gptoss_patch.spec import Selection
+from gptoss_patch import target
 from gptoss_patch.verify import behaviour
 from tests.support import harness
 from tests.support.markers import needs
@@ -62,12 +62,10 @@ STOCK_PROBES = {
 @needs("harness")
 def stock_probes() -> Callable[[str], dict[str, behaviour.ProbeResult]]:
     """The STOCK_PROBES results of a stock harness venv, run once per module on first use."""
-    done: dict[str, dict[str, behaviour.ProbeResult]] = {}
 
+    @functools.cache
     def results(version: str) -> dict[str, behaviour.ProbeResult]:
-        if version not in done:
-            done[version] = harness.probe_results(harness.cpu_venv(version), STOCK_PROBES[version], verbose=True)
-        return done[version]
+        return harness.probe_results(harness.cpu_venv(version), STOCK_PROBES[version], verbose=True)
 
     return results
 
@@ -357,10 +355,9 @@ def test_stock_0250_has_no_harmony_adjust_request(stock_probes: Callable[[str], 
 @pytest.mark.harness
 @pytest.mark.probe
 @needs("harness")
-def test_patched_0250_admits_only_tool_calls(tmp_path: Path) -> None:
-    python = harness.clone_venv(harness.cpu_venv("0.25.0"), tmp_path / "venv")
-    engine.apply(target.discover(str(python)), Selection())  # the default set: the pair is in it
-    result = harness.probe_results(python, [TOOL_CHOICE], verbose=True)[TOOL_CHOICE]
+def test_patched_0250_admits_only_tool_calls(applied: Callable[[str], Path]) -> None:
+    # after a plain `apply` (tests/conftest.py): the default set holds the pair
+    result = harness.probe_results(applied("0.25.0"), [TOOL_CHOICE], verbose=True)[TOOL_CHOICE]
     assert result.passed is True, result.evidence
     for line in ("required, recipient-first call: admitted", "required, final prose: rejected",
                  "named get_weather, call of the other tool: rejected",
