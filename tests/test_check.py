@@ -161,12 +161,15 @@ sys.path.insert(0, {scripts!r})
 import ci_lanes
 ci_lanes.LANES = {lanes!r}
 ci_lanes.PROGRESS_EVERY = 3600.0
-sys.exit(ci_lanes.run(Path({root!r})))
+{setup}
+sys.exit({call})
 """
+LOCAL = "ci_lanes.local()"  # `make test`: no ROOT
 
 
 def _lanes_run(tmp_path: Path, lanes: tuple[tuple[str, list[str]], ...]) -> subprocess.Popen[str]:
-    code = RUN_LANES.format(scripts=str(ROOT / "scripts"), lanes=lanes, root=str(tmp_path / "root"))
+    code = RUN_LANES.format(scripts=str(ROOT / "scripts"), lanes=lanes, setup="",
+                            call=f"ci_lanes.run(Path({str(tmp_path / 'root')!r}))")
     env = {k: v for k, v in os.environ.items() if k != "GPTOSS_PATCH_CI_KEEP_GOING"}
     return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env, start_new_session=True)
@@ -195,8 +198,8 @@ def test_make_test_runs_the_lanes_on_the_users_cache_in_a_root_it_removes(tmp_pa
     its temporary root goes at the end; no CI budget is held against a run on whatever cache the user has."""
     (tmp_path / "temp").mkdir()
     lane = ("env", ["sh", "-c", 'echo "cache=$GPTOSS_PATCH_CACHE" "tmp=$TMPDIR"; sleep 6'])
-    code = RUN_LANES.format(scripts=str(ROOT / "scripts"), lanes=(lane,), root="").replace(
-        "sys.exit(ci_lanes.run(Path('')))", "ci_lanes.BUDGET = 1.0\nsys.exit(ci_lanes.local())")
+    # A budget of 1 s that the run would exceed: `make test` must not hold it against the run.
+    code = RUN_LANES.format(scripts=str(ROOT / "scripts"), lanes=(lane,), setup="ci_lanes.BUDGET = 1.0", call=LOCAL)
     env = {k: v for k, v in os.environ.items() if k not in ("GPTOSS_PATCH_CACHE", "GPTOSS_PATCH_CI_KEEP_GOING")}
     env.update(XDG_CACHE_HOME=str(tmp_path / "xdg"), TMPDIR=str(tmp_path / "temp"))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=90, check=False)
@@ -210,8 +213,8 @@ def test_make_test_runs_the_lanes_on_the_users_cache_in_a_root_it_removes(tmp_pa
 def test_make_test_with_a_cache_that_is_a_file_says_so_in_one_line_and_starts_nothing(tmp_path: Path) -> None:
     (tmp_path / "temp").mkdir()
     (tmp_path / "cache").write_text("not a directory")
-    code = RUN_LANES.format(scripts=str(ROOT / "scripts"), lanes=(("never", ["touch", str(tmp_path / "ran")]),), root="")
-    code = code.replace("sys.exit(ci_lanes.run(Path('')))", "sys.exit(ci_lanes.local())")
+    code = RUN_LANES.format(scripts=str(ROOT / "scripts"), lanes=(("never", ["touch", str(tmp_path / "ran")]),), setup="",
+                            call=LOCAL)
     env = {**os.environ, "GPTOSS_PATCH_CACHE": str(tmp_path / "cache"), "TMPDIR": str(tmp_path / "temp")}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60, check=False)
 

@@ -94,9 +94,9 @@ WITH_DEPENDENCIES_GB = 4
 
 def download_notice(plan: Plan) -> str:
     """One line, before anything starts: how much `venv create` may download, and what would spare it."""
-    local = plan.local_wheel
     if (plan.directory / "pyvenv.cfg").is_file():
         return f"Downloads only what {plan.directory} lacks ({plan.requirement} with its dependencies, gptoss-patch's)."
+    local = plan.local_wheel
     low, high = VLLM_WHEEL_MB
     size = f"about {cpu.WHEEL_MB} MB" if plan.cpu else f"{low}-{high} MB"
     what = [] if local else [f"{plan.requirement} ({size})"]
