@@ -21,7 +21,7 @@ from tests.support.markers import needs
 from tests.support.roundtrip import EVERY
 
 pytest.register_assert_rewrite("tests.support.tools")
-pytest_plugins = ["tests.support.failures", "tests.support.timings"]
+pytest_plugins = ["tests.support.failures", "tests.support.terminate", "tests.support.timings"]
 
 ORDERS = ("collected", "reverse", "random")
 PREWARMED = pytest.StashKey[list[str]]()  # the prewarm's lines, for the terminal summary

@@ -237,3 +237,50 @@ def test_a_signal_to_the_run_stops_every_lane_and_leaves_nothing_behind(tmp_path
     assert "interrupted (SIGTERM): stopping every lane" in out
     assert "\nnever\n" not in out  # the lane was stopped before its echo
     assert _left(tmp_path) == []
+
+
+# A lane's pytest as the lanes run it (our conftest loaded): a test blocked in a `finally`, a session fixture to tear
+# down, each leaving a mark when it runs.
+STOPPED_SUITE = """
+import pathlib
+import time
+
+import pytest
+
+MARKS = pathlib.Path({marks!r})
+
+
+@pytest.fixture(scope="session")
+def held():
+    yield
+    (MARKS / "torn-down").touch()
+
+
+def test_waits_for_the_stop(held):
+    (MARKS / "started").touch()
+    try:
+        time.sleep(120)
+    finally:
+        (MARKS / "finally").touch()
+"""
+
+
+def test_a_stopped_lanes_pytest_runs_its_finally_blocks_and_tear_downs(tmp_path: Path) -> None:
+    """SIGTERM (what the run sends a lane it stops) reaches pytest as Ctrl-C would (tests/support/terminate.py): the
+    cold demo's root under /tmp goes in such a `finally`, and the pool's servers in such a tear-down."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    (tmp_path / "test_stopped.py").write_text(STOPPED_SUITE.format(marks=str(marks)))
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "tests.conftest", "-q", "--rootdir",
+               str(ROOT), "-c", str(ROOT / "pyproject.toml"), str(tmp_path / "test_stopped.py")]
+    proc = _lanes_run(tmp_path, (("pytest", command),))
+    deadline = time.monotonic() + 60
+    while not (marks / "started").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert (marks / "started").exists(), "the lane's test never started"
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=90)
+
+    assert proc.returncode == 128 + signal.SIGTERM, out
+    assert sorted(p.name for p in marks.iterdir()) == ["finally", "started", "torn-down"], out
+    assert _left(tmp_path) == []

@@ -79,6 +79,15 @@ def temp_entries() -> set[str]:
     return set(os.listdir("/tmp"))
 
 
+def stop_demo(process: subprocess.Popen[bytes]) -> None:
+    process.send_signal(signal.SIGTERM)  # the demo stops its servers on SIGTERM
+    try:
+        process.wait(timeout=90)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def test_a_cold_demo_with_an_empty_home_shows_the_patched_prompt_and_writes_nothing_outside_its_root(tmp_path: Path) -> None:
     real_home = Path(os.environ["HOME"])
     # Short: vLLM's IPC socket paths ($TMPDIR/<demo dir>/<uuid>) must stay under the 107 bytes a unix socket allows.
@@ -102,13 +111,11 @@ def test_a_cold_demo_with_an_empty_home_shows_the_patched_prompt_and_writes_noth
             try:
                 code = process.wait(timeout=TIMEOUT)
             except subprocess.TimeoutExpired:
-                process.send_signal(signal.SIGTERM)  # the demo stops its servers on SIGTERM
-                try:
-                    process.wait(timeout=90)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+                stop_demo(process)
                 code = None
+            except BaseException:  # interrupted (Ctrl-C; SIGTERM, tests/support/terminate.py): the demo ends before its root goes
+                stop_demo(process)
+                raise
         seconds = time.monotonic() - started
         text = output.read_text(errors="replace")
         tail = "\n".join(text.splitlines()[-TAIL:])
