@@ -15,7 +15,9 @@ log, in reverse order (CI's PYTEST_ADDOPTS):
 The markers partition the suite (FAST is the complement of the three), so every test runs exactly once. A lane
 that fails stops the others (SIGTERM to each process group, SIGKILL after STOP_GRACE; not with
 GPTOSS_PATCH_CI_KEEP_GOING=1, which lets every lane finish) and the run exits 1 after printing the failing lane's
-log; a run interrupted (SIGINT, SIGTERM, SIGHUP) stops every lane the same way.
+log; a run interrupted (SIGINT, SIGTERM, SIGHUP) stops every lane the same way. A run killed outright leaves no lane
+behind either: each lane's leader is a guard (`ci_lanes.py --guard`) that stops its lane when the runner dies, and
+the runner takes its caller's death (`.ci/run`, `make`) as a SIGTERM; both by the kernel's parent-death signal.
 
 Measured while it runs: each test's wall time and CPU (tests/support/timings.py, a CSV per lane), the machine's CPU
 (busy, user, system, iowait, steal), its free memory and the bytes it received, every SAMPLE_EVERY seconds from
@@ -44,11 +46,13 @@ from pathlib import Path
 from typing import IO
 
 REPO = Path(__file__).resolve().parents[1]
+PARENT = os.getppid()  # at start: what started the runner (.ci/run, make), whose death stops it
 BUDGET = 20 * 60  # seconds: a cold run on a quiet 2-core machine (CI's limit is 90 min; its goal 45)
 SAMPLE_EVERY = 5.0
 PROGRESS_EVERY = 120.0
 STOP_GRACE = 30.0
 SLOWEST = 20
+GUARD = "--guard"  # `ci_lanes.py --guard RUNNER_PID COMMAND...`: a lane's leader (guard())
 KEEP_GOING_ENV = "GPTOSS_PATCH_CI_KEEP_GOING"  # set: a failed lane does not stop the others (to see all failures)
 DEMO = "tests/e2e/test_demo.py::test_a_cold_demo_with_an_empty_home_shows_the_patched_prompt_and_writes_nothing_outside_its_root"
 
@@ -146,7 +150,8 @@ def start(lane: Lane, root: Path) -> None:
     env.update(HOME=str(home), TMPDIR=str(temp), GPTOSS_PATCH_TIMINGS=str(root / "timings" / f"{lane.name}.csv"),
                GPTOSS_PATCH_LANE=lane.name)
     lane.handle = lane.log.open("wb")
-    process = subprocess.Popen(lane.command, cwd=REPO, env=env, stdout=lane.handle, stderr=subprocess.STDOUT,
+    guarded = [sys.executable, __file__, GUARD, str(os.getpid()), *lane.command]
+    process = subprocess.Popen(guarded, cwd=REPO, env=env, stdout=lane.handle, stderr=subprocess.STDOUT,
                                stdin=subprocess.DEVNULL, start_new_session=True)
     lane.process, lane.pid, lane.started = process, process.pid, time.time()
 
@@ -182,6 +187,44 @@ def stop(lanes: list[Lane]) -> None:
                 time.sleep(0.2)
 
 
+def _dies_with(parent: int, signum: int) -> bool:
+    """Ask the kernel for `signum` when this process's parent dies, even by SIGKILL (PR_SET_PDEATHSIG); False when
+    the parent, `parent`, is already gone."""
+    sys.path.insert(0, str(REPO / "src"))
+    from gptoss_patch.launcher.runner import parent_death_signal
+
+    arm = parent_death_signal(signum)
+    if arm is not None:
+        arm()
+    return os.getppid() == parent
+
+
+def guard(runner: int, command: list[str]) -> int:
+    """A lane's leader (`ci_lanes.py --guard RUNNER_PID COMMAND...`): COMMAND in the lane's process group, and the
+    group stopped when the runner dies without stopping it (killed outright, by SIGKILL): SIGTERM, then SIGKILL
+    after STOP_GRACE, as `stop` would have done. The runner's death reaches the guard as SIGHUP (PR_SET_PDEATHSIG; a lane has no
+    terminal to hang up). The runner's own SIGTERM to the group reaches COMMAND directly: the guard only waits, then
+    ends as COMMAND ended (the same exit code, or the same signal)."""
+    orphaned = threading.Event()
+    signal.signal(signal.SIGHUP, lambda *_: orphaned.set())
+    for signum in (signal.SIGTERM, signal.SIGINT):  # a handler, not SIG_IGN: COMMAND must not inherit it
+        signal.signal(signum, lambda *_: None)
+    if not _dies_with(runner, signal.SIGHUP):  # the runner died before this process could ask
+        return 128 + signal.SIGHUP
+    child = subprocess.Popen(command)
+    while child.poll() is None:
+        if orphaned.wait(0.5):
+            os.killpg(0, signal.SIGTERM)
+            try:
+                child.wait(STOP_GRACE)
+            finally:
+                os.killpg(0, signal.SIGKILL)  # what is left of the lane, and the guard
+    if child.returncode < 0:
+        signal.signal(-child.returncode, signal.SIG_DFL)
+        os.kill(os.getpid(), -child.returncode)
+    return child.returncode
+
+
 def _signal_group(lane: Lane, signum: int) -> None:
     if lane.pid <= 0:
         return
@@ -212,6 +255,8 @@ def run(root: Path, budget: float | None = BUDGET) -> int:
     sampler.start()
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _interrupted)
+    if not _dies_with(PARENT, signal.SIGTERM):  # `.ci/run` or `make` killed outright: stop the lanes as on SIGTERM
+        raise SystemExit(128 + signal.SIGTERM)
     started = time.time()
     failed: Lane | None = None
     code = 0
@@ -396,6 +441,8 @@ def slowest(tests: list[dict[str, str]]) -> list[str]:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == GUARD:
+        sys.exit(guard(int(sys.argv[2]), sys.argv[3:]))
     if len(sys.argv) > 2:
         sys.exit("usage: python3 scripts/ci_lanes.py [ROOT]")
     sys.exit(run(Path(sys.argv[1])) if len(sys.argv) == 2 else local())

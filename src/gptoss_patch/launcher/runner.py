@@ -115,7 +115,7 @@ def start(
             stdout=stdout,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_parent_death_signal(),
+            preexec_fn=parent_death_signal(),
         )
     except OSError as exc:
         raise TargetError(f"cannot start {name or argv[0]}: {exc.strerror or exc}") from None
@@ -183,9 +183,10 @@ def wait_healthy(
     return None
 
 
-def _parent_death_signal() -> Callable[[], None] | None:
-    """prctl(PR_SET_PDEATHSIG, SIGTERM) for the child: the kernel signals vLLM if the launcher dies, even by
-    SIGKILL. libc is resolved here, in the parent: the child runs only the call, between fork and exec."""
+def parent_death_signal(signum: int = signal.SIGTERM) -> Callable[[], None] | None:
+    """prctl(PR_SET_PDEATHSIG, signum), to call in a child (vLLM, a test lane): the kernel sends it `signum` when its
+    parent dies, even by SIGKILL. None where Linux's prctl is missing. libc is resolved here, in the parent: a child
+    between fork and exec runs only the call."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -194,7 +195,7 @@ def _parent_death_signal() -> Callable[[], None] | None:
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
-    return lambda: prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    return lambda: prctl(PR_SET_PDEATHSIG, signum)
 
 
 def _start(target: Callable[..., None], *args: object) -> threading.Thread:
