@@ -202,9 +202,9 @@ def _dies_with(parent: int, signum: int) -> bool:
 def guard(runner: int, command: list[str]) -> int:
     """A lane's leader (`ci_lanes.py --guard RUNNER_PID COMMAND...`): COMMAND in the lane's process group, and the
     group stopped when the runner dies without stopping it (killed outright, by SIGKILL): SIGTERM, then SIGKILL
-    after STOP_GRACE, as `stop` would have done. The runner's death reaches the guard as SIGHUP (PR_SET_PDEATHSIG; a lane has no
-    terminal to hang up). The runner's own SIGTERM to the group reaches COMMAND directly: the guard only waits, then
-    ends as COMMAND ended (the same exit code, or the same signal)."""
+    after STOP_GRACE, as `stop` would have done. The runner's death reaches the guard as SIGHUP (PR_SET_PDEATHSIG;
+    a lane has no terminal to hang up). The runner's own SIGTERM to the group reaches COMMAND directly: the guard only
+    waits, then ends as COMMAND ended (the same exit code, or the same signal)."""
     orphaned = threading.Event()
     signal.signal(signal.SIGHUP, lambda *_: orphaned.set())
     for signum in (signal.SIGTERM, signal.SIGINT):  # a handler, not SIG_IGN: COMMAND must not inherit it
