@@ -180,6 +180,8 @@ def stop(lanes: list[Lane]) -> None:
             reap(lane)
         time.sleep(0.5)
     for lane in lanes:
+        if lane.running:
+            say(f"lane {lane.name} still running {STOP_GRACE:.0f} s after SIGTERM: killing its process group")
         _signal_group(lane, signal.SIGKILL)
     for lane in lanes:
         while lane.running:
@@ -206,12 +208,17 @@ def guard(runner: int, command: list[str]) -> int:
     a lane has no terminal to hang up). The runner's own SIGTERM to the group reaches COMMAND directly: the guard only
     waits, then ends as COMMAND ended (the same exit code, or the same signal)."""
     orphaned = threading.Event()
+    stopped: list[int] = []  # a SIGTERM (or SIGINT) to the group, as the runner stops a lane
     signal.signal(signal.SIGHUP, lambda *_: orphaned.set())
     for signum in (signal.SIGTERM, signal.SIGINT):  # a handler, not SIG_IGN: COMMAND must not inherit it
-        signal.signal(signum, lambda *_: None)
+        signal.signal(signum, lambda received, _frame: stopped.append(received))
     if not _dies_with(runner, signal.SIGHUP):  # the runner died before this process could ask
         return 128 + signal.SIGHUP
+    if stopped:  # stopped before COMMAND started: it never starts
+        return 128 + stopped[0]
     child = subprocess.Popen(command)
+    if stopped:  # stopped while COMMAND started (before its exec, where the group's signal missed it)
+        child.send_signal(stopped[0])
     while child.poll() is None:
         if orphaned.wait(0.5):
             os.killpg(0, signal.SIGTERM)

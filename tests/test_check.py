@@ -235,6 +235,7 @@ def test_a_signal_to_the_run_stops_every_lane_and_leaves_nothing_behind(tmp_path
 
     assert proc.returncode == 128 + signal.SIGTERM, out
     assert "interrupted (SIGTERM): stopping every lane" in out
+    assert "after SIGTERM: killing" not in out  # each lane stopped on SIGTERM, even one stopped while it started
     assert "\nnever\n" not in out  # the lane was stopped before its echo
     assert _left(tmp_path) == []
 

@@ -185,7 +185,9 @@ def render(python: Path, tmp_path: Path) -> dict[str, str]:
     probes = Path(__import__("gptoss_patch.verify.probes", fromlist=["_"]).__file__).parent
     script = tmp_path / "render.py"
     script.write_text(RENDER)
-    env = {"TIKTOKEN_ENCODINGS_BASE": str(harness.vocab_dir(python)), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
+    # The test's own HOME and TMPDIR: in a bare environment torch made its inductor cache in the machine's /tmp.
+    env = {**harness.script_env(python), "HF_HUB_OFFLINE": "1"}
+    env.pop("GPTOSS_PATCH_REASONING_EFFORT_MAP", None)  # the script sets it per map
     proc = subprocess.run([str(python), str(script), str(probes), json.dumps(MAPS), json.dumps(EFFORTS)], capture_output=True, text=True,
                           env=env, timeout=600, check=False)
     line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
