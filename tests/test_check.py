@@ -240,21 +240,32 @@ def test_a_signal_to_the_run_stops_every_lane_and_leaves_nothing_behind(tmp_path
     assert _left(tmp_path) == []
 
 
+def _wait_for_commands(tmp_path: Path, count: int) -> None:
+    """Until `count` of the lanes' processes are their commands' (not the guards that start them), at most 30 s."""
+    deadline = time.monotonic() + 30
+    while len([p for p in _left(tmp_path) if "--guard" not in p]) < count and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len([p for p in _left(tmp_path) if "--guard" not in p]) >= count, _left(tmp_path)
+
+
+def _wait_for_none_left(tmp_path: Path) -> list[str]:
+    """What is left of the lanes once none is, or after 60 s."""
+    deadline = time.monotonic() + 60
+    while _left(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return _left(tmp_path)
+
+
 def test_a_run_killed_outright_takes_its_lanes_down_with_it(tmp_path: Path) -> None:
     """SIGKILL gives the runner no chance to stop its lanes: each lane's leader (`ci_lanes.guard`) learns of its death
     from the kernel (a parent-death signal) and stops the lane's process group itself."""
     proc = _lanes_run(tmp_path, (("one", ["sleep", "120"]), ("two", ["sh", "-c", "sleep 120; echo never"])))
-    deadline = time.monotonic() + 30
-    while len([p for p in _left(tmp_path) if "--guard" not in p]) < 3 and time.monotonic() < deadline:
-        time.sleep(0.2)  # both lanes' commands running (sleep; sh and its sleep), not only their guards
-    assert len([p for p in _left(tmp_path) if "--guard" not in p]) >= 3, _left(tmp_path)
+    _wait_for_commands(tmp_path, 3)  # both lanes' commands running (sleep; sh and its sleep), not only their guards
     proc.kill()
     proc.communicate(timeout=30)
-    deadline = time.monotonic() + 30
-    while _left(tmp_path) and time.monotonic() < deadline:
-        time.sleep(0.2)
 
-    assert _left(tmp_path) == []
+    assert _wait_for_none_left(tmp_path) == []
+
 
 def test_a_runner_whose_caller_is_killed_outright_stops_its_lanes(tmp_path: Path) -> None:
     """`.ci/run` (or `make`) killed by SIGKILL: the runner it started in the background learns of it from the kernel
@@ -263,17 +274,12 @@ def test_a_runner_whose_caller_is_killed_outright_stops_its_lanes(tmp_path: Path
                             call=f"ci_lanes.run(Path({str(tmp_path / 'root')!r}))")
     caller = subprocess.Popen(["bash", "-c", 'exec 1>/dev/null 2>&1; "$0" -c "$1" & wait', sys.executable, code],
                               start_new_session=True)
-    deadline = time.monotonic() + 30
-    while not any("--guard" not in p for p in _left(tmp_path)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert any("--guard" not in p for p in _left(tmp_path)), _left(tmp_path)
+    _wait_for_commands(tmp_path, 1)
     caller.kill()
     caller.wait(timeout=30)
-    deadline = time.monotonic() + 60
-    while _left(tmp_path) and time.monotonic() < deadline:
-        time.sleep(0.2)
 
-    assert _left(tmp_path) == []
+    assert _wait_for_none_left(tmp_path) == []
+
 
 # A lane's pytest as the lanes run it (our conftest loaded): a test blocked in a `finally`, a session fixture to tear
 # down, each leaving a mark when it runs.
