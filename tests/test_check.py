@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import markers
+from tests.support.servers import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -242,17 +243,15 @@ def test_a_signal_to_the_run_stops_every_lane_and_leaves_nothing_behind(tmp_path
 
 def _wait_for_commands(tmp_path: Path, count: int) -> None:
     """Until `count` of the lanes' processes are their commands' (not the guards that start them), at most 30 s."""
-    deadline = time.monotonic() + 30
-    while len([p for p in _left(tmp_path) if "--guard" not in p]) < count and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert len([p for p in _left(tmp_path) if "--guard" not in p]) >= count, _left(tmp_path)
+    def running() -> bool:
+        return len([p for p in _left(tmp_path) if "--guard" not in p]) >= count
+
+    assert wait_until(running, timeout=30), _left(tmp_path)
 
 
 def _wait_for_none_left(tmp_path: Path) -> list[str]:
     """What is left of the lanes once none is, or after 60 s."""
-    deadline = time.monotonic() + 60
-    while _left(tmp_path) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_until(lambda: not _left(tmp_path), timeout=60)
     return _left(tmp_path)
 
 
@@ -316,10 +315,7 @@ def test_a_stopped_lanes_pytest_runs_its_finally_blocks_and_tear_downs(tmp_path:
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "tests.conftest", "-q", "--rootdir",
                str(ROOT), "-c", str(ROOT / "pyproject.toml"), str(tmp_path / "test_stopped.py")]
     proc = _lanes_run(tmp_path, (("pytest", command),))
-    deadline = time.monotonic() + 60
-    while not (marks / "started").exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert (marks / "started").exists(), "the lane's test never started"
+    assert wait_until((marks / "started").exists, timeout=60), "the lane's test never started"
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=90)
 

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from gptoss_patch.launcher import plan as planning, runner, smoke
-from tests.launcher.conftest import MODEL, free_port, healthy, pid_alive, read_record, resolve, wait_until
+from tests.launcher.conftest import MODEL, free_port, healthy, pid_alive, read_record, resolve
 from tests.launcher.recorded import facts
+from tests.support.servers import wait_until
 from tests.support.terminal import default_signals
 
 

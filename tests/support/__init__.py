@@ -15,5 +15,6 @@
     forkserver     `python ARGV` forked from one process that imported the CLI (safety's gptoss(forks=...))
     hook_driver    a long-lived process that loads the hook like vLLM does (a script, started by test_hook)
     failures       the pytest plugin that turns a failed download into one line
+    terminate      the pytest plugin that takes SIGTERM as Ctrl-C, so finally blocks and tear-downs run
     markers        @needs(marker) on a fixture marks every test that uses it; make check's selection
 """

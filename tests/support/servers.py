@@ -231,6 +231,16 @@ def stop(process: subprocess.Popen[bytes]) -> None:
     runner.stop(process, grace=STOP_GRACE)
 
 
+def wait_until(predicate: Callable[[], object], timeout: float = 10.0) -> bool:
+    """Whether `predicate()` became true within `timeout` seconds (polled every 50 ms)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return bool(predicate())
+
+
 def processes_whose_environment_names(text: str) -> list[str]:
     """`PID: command line` of every other process whose environment (as it was started) contains `text`.
 
